@@ -1,0 +1,1 @@
+"""Code every PaddleCloud service shares: config, logging, errors, internal auth, app conventions."""

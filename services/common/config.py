@@ -1,0 +1,160 @@
+"""Server configuration: one YAML file, a section per service, environment overrides, validated once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+ENV_PREFIX = "PADDLECLOUD_"
+DEFAULT_DATA_DIR = Path("~/.paddlecloud")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the offending key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServiceSection(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    # Largest JSON body a handler parses; streamed bodies enforce their own limits.
+    max_json_body: int = Field(1024 * 1024, gt=0)
+
+
+class GatewaySection(ServiceSection):
+    port: int = Field(8080, ge=0, le=65535)
+    jobs_url: str = "http://127.0.0.1:8081"
+    pfs_url: str = "http://127.0.0.1:8082"
+    builder_url: str = "http://127.0.0.1:8083"
+    token_ttl_seconds: int = Field(7 * 24 * 3600, gt=0)
+    # Per-hop timeouts for proxied calls. The read timeout bounds the silence between
+    # two chunks, not the whole transfer, so multi-GB uploads and `logs -f` survive.
+    connect_timeout: float = Field(2.0, gt=0)
+    read_timeout: float = Field(300.0, gt=0)
+    pool_size: int = Field(100, gt=0)
+    admin_username: str = "admin"
+    admin_password: SecretStr | None = Field(None, repr=False)
+    admin_password_file: Path | None = None
+
+
+class JobsSection(ServiceSection):
+    port: int = Field(8081, ge=0, le=65535)
+
+
+class PfsSection(ServiceSection):
+    port: int = Field(8082, ge=0, le=65535)
+    root: Path = DEFAULT_DATA_DIR / "pfs"
+    datacenter: str = "datacenter1"
+
+
+class BuilderSection(ServiceSection):
+    port: int = Field(8083, ge=0, le=65535)
+
+
+class StoreSection(_Section):
+    # sqlite:///absolute/path.db or mongodb://host:port/database
+    url: SecretStr = Field(SecretStr(f"sqlite:///{DEFAULT_DATA_DIR}/paddlecloud.db"), repr=False)
+    url_file: Path | None = None
+
+
+class InternalSection(_Section):
+    """The secret the gateway signs forwarded identities with; services verify it."""
+
+    secret: SecretStr | None = Field(None, repr=False)
+    secret_file: Path | None = None
+
+
+class LogSection(_Section):
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Config(_Section):
+    gateway: GatewaySection = GatewaySection()
+    jobs: JobsSection = JobsSection()
+    pfs: PfsSection = PfsSection()
+    builder: BuilderSection = BuilderSection()
+    store: StoreSection = StoreSection()
+    internal: InternalSection = InternalSection()
+    log: LogSection = LogSection()
+
+    def internal_secret(self) -> bytes:
+        """The internal secret's bytes, from the value or the file; refuses to run without one."""
+        return _secret_bytes(self.internal.secret, self.internal.secret_file, "internal.secret")
+
+    def store_url(self) -> str:
+        return _secret_bytes(self.store.url, self.store.url_file, "store.url").decode().strip()
+
+    def admin_password(self) -> str | None:
+        gw = self.gateway
+        if gw.admin_password is None and gw.admin_password_file is None:
+            return None
+        return _secret_bytes(gw.admin_password, gw.admin_password_file, "gateway.admin_password")
+
+
+def _secret_bytes(value: SecretStr | None, file: Path | None, name: str) -> Any:
+    if file is not None:
+        try:
+            data = file.expanduser().read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"{name}_file: cannot read {file}: {exc.strerror}") from exc
+        if not data:
+            raise ConfigError(f"{name}_file: {file} is empty")
+        return data
+    if value is None or not value.get_secret_value():
+        raise ConfigError(f"{name} is not set (set it or {name}_file)")
+    return value.get_secret_value().encode()
+
+
+def apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Return `raw` with every `PADDLECLOUD_<SECTION>_<KEY>` variable of `env` applied."""
+    sections = set(Config.model_fields)
+    merged = {name: dict(raw.get(name) or {}) for name in sections}
+    merged.update({k: v for k, v in raw.items() if k not in sections})
+    for var, value in env.items():
+        if not var.startswith(ENV_PREFIX):
+            continue
+        rest = var[len(ENV_PREFIX) :].lower()
+        section, _, key = rest.partition("_")
+        if section not in sections:
+            continue  # other PADDLECLOUD_* variables (client, tests) are not server config
+        section_model = Config.model_fields[section].annotation
+        assert isinstance(section_model, type) and issubclass(section_model, BaseModel)
+        if key not in section_model.model_fields:
+            raise ConfigError(f"{var}: {section} has no key {key!r}")
+        merged[section][key] = value
+    return merged
+
+
+def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Load `path` (YAML; none means defaults), apply environment overrides and validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).expanduser().read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        raw = loaded
+    merged = apply_env(raw, os.environ if env is None else env)
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"config {where}: {first['msg']}") from exc

@@ -1,0 +1,20 @@
+"""Typed application and request keys shared by every service."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from .config import Config
+from .internal_auth import Identity
+
+CONFIG = web.AppKey("config", Config)
+SERVICE_NAME = web.AppKey("service_name", str)
+METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
+READINESS_CHECKS = web.AppKey("readiness_checks", list[Callable[[], Awaitable[None]]])
+INTERNAL_SECRET = web.AppKey("internal_secret", bytes)
+
+REQUEST_ID = web.RequestKey("request_id", str)
+IDENTITY = web.RequestKey("identity", Identity)

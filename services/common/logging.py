@@ -1,0 +1,63 @@
+"""structlog set-up: JSON lines when not on a terminal, readable console output on one."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+
+def configure_logging(
+    fmt: Literal["auto", "json", "console"] = "auto",
+    level: str = "info",
+    *,
+    service: str | None = None,
+) -> None:
+    """Configure structlog and the standard library's logging once for this process."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if service is not None:
+        shared.insert(0, _bind_service(service))
+    renderer: structlog.types.Processor
+    if use_json:
+        renderer = structlog.processors.JSONRenderer()
+        shared.append(structlog.processors.dict_tracebacks)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    structlog.configure(
+        processors=[*shared, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    # Libraries that log through the standard library (aiohttp, pymongo) go to the same stream.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(processors=[*shared_for_stdlib(shared), renderer])
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(numeric, logging.WARNING))
+
+
+def shared_for_stdlib(
+    shared: list[structlog.types.Processor],
+) -> list[structlog.types.Processor]:
+    return [structlog.stdlib.ProcessorFormatter.remove_processors_meta, *shared]
+
+
+def _bind_service(service: str) -> structlog.types.Processor:
+    def add_service(
+        _logger: object, _name: str, event: structlog.types.EventDict
+    ) -> structlog.types.EventDict:
+        event.setdefault("service", service)
+        return event
+
+    return add_service

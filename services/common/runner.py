@@ -1,0 +1,103 @@
+"""Running one service as a process: `python -m paddlecloud.<service> --config FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+from aiohttp import web
+
+from .config import Config, ConfigError, load_config
+from .logging import configure_logging
+
+log = structlog.get_logger()
+
+# Grace for in-flight requests (a finishing upload chunk, a log stream) on shutdown.
+SHUTDOWN_TIMEOUT = 10.0
+
+
+async def serve(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    sock: socket.socket | None = None,
+    ready_file: Path | None = None,
+) -> None:
+    """Serve `app` until SIGTERM or SIGINT, then shut down gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    await runner.setup()
+    try:
+        site: web.BaseSite
+        if sock is not None:
+            site = web.SockSite(runner, sock)
+        else:
+            site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        log.info("service_started", host=bound_host, port=bound_port, pid=os.getpid())
+        if ready_file is not None:
+            _write_atomically(ready_file, json.dumps({"host": bound_host, "port": bound_port}))
+        await stop.wait()
+        log.info("service_stopping")
+    finally:
+        await runner.cleanup()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def service_main(
+    service: str,
+    create_app: Callable[[Config], web.Application],
+    argv: list[str] | None = None,
+) -> int:
+    """Parse the standard service flags, load the config and serve until told to stop."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m paddlecloud.{service}",
+        description=f"Run the PaddleCloud {service} service on its own.",
+    )
+    parser.add_argument("--config", type=Path, help="paddlecloud.yaml (default: built-in defaults)")
+    parser.add_argument("--host", help=f"override {service}.host")
+    parser.add_argument("--port", type=int, help=f"override {service}.port (0 picks a free port)")
+    parser.add_argument("--fd", type=int, help="serve on this inherited, listening socket")
+    parser.add_argument("--ready-file", type=Path, help="write the bound address here once serving")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"paddlecloud {service}: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.format, config.log.level, service=service)
+    section = getattr(config, service)
+    sock = socket.socket(fileno=args.fd) if args.fd is not None else None
+    try:
+        app = create_app(config)
+    except ConfigError as exc:
+        print(f"paddlecloud {service}: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(
+        serve(
+            app,
+            host=args.host or section.host,
+            port=section.port if args.port is None else args.port,
+            sock=sock,
+            ready_file=args.ready_file,
+        )
+    )
+    return 0

@@ -1,0 +1,17 @@
+"""The repository for users, tokens, jobs, job events and builds, on SQLite or MongoDB."""
+
+from .base import AlreadyExists, Store, StoreError, open_store
+from .models import Build, Job, JobEvent, Quota, Token, User
+
+__all__ = [
+    "AlreadyExists",
+    "Build",
+    "Job",
+    "JobEvent",
+    "Quota",
+    "Store",
+    "StoreError",
+    "Token",
+    "User",
+    "open_store",
+]

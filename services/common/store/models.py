@@ -1,0 +1,105 @@
+"""Plain records the store keeps. Times are timezone-aware UTC datetimes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def utcnow() -> datetime:
+    """Now, in UTC, truncated to milliseconds: what both stores can keep exactly."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Per-user limits; None means unlimited."""
+
+    cpu_milli: int | None = None
+    gpu: int | None = None
+    memory_bytes: int | None = None
+    jobs: int | None = None
+    storage_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    password_hash: str = field(repr=False)
+    admin: bool = False
+    quota: Quota = Quota()
+    created_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A bearer token as stored: only its sha256, never the token itself."""
+
+    token_hash: str = field(repr=False)
+    user: str
+    expires_at: datetime
+    created_at: datetime = field(default_factory=utcnow)
+
+
+# Job states. Terminal states never change again.
+PENDING = "PENDING"
+BUILDING = "BUILDING"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+KILLED = "KILLED"
+JOB_STATES = (PENDING, BUILDING, RUNNING, SUCCEEDED, FAILED, KILLED)
+TERMINAL_STATES = frozenset({SUCCEEDED, FAILED, KILLED})
+ACTIVE_STATES = frozenset({PENDING, BUILDING, RUNNING})
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    owner: str
+    name: str
+    state: str
+    spec: dict[str, Any]
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    reason: str = ""
+    # What the backend needs to find the job again (supervisor directory, namespace, ...).
+    backend: dict[str, Any] = field(default_factory=dict)
+    build_id: str | None = None
+
+
+# The fields a state change or an update may set besides the state itself.
+JOB_MUTABLE_FIELDS = frozenset({"started_at", "finished_at", "reason", "backend", "build_id"})
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One thing that happened to a job: a state change or a notable occurrence."""
+
+    job_id: str
+    time: datetime
+    type: str  # "state" for transitions, otherwise a short snake_case kind
+    reason: str
+    message: str = ""
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class Build:
+    id: str
+    key: str
+    owner: str
+    state: str  # PENDING, RUNNING, SUCCEEDED, FAILED
+    spec: dict[str, Any]
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    reason: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+BUILD_MUTABLE_FIELDS = frozenset({"finished_at", "reason", "info"})

@@ -1,0 +1,257 @@
+"""The conventions every service's app follows: middlewares, health, readiness, metrics, bodies."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from pydantic import BaseModel, ValidationError
+
+from . import errors, internal_auth
+from .config import Config
+from .keys import (
+    CONFIG,
+    IDENTITY,
+    INTERNAL_SECRET,
+    METRICS_REGISTRY,
+    READINESS_CHECKS,
+    REQUEST_ID,
+    SERVICE_NAME,
+)
+
+log = structlog.get_logger()
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Paths any caller may reach: probes and scrapes, never user data.
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(16)
+
+
+@web.middleware
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Keep the caller's request id if it is sane, make one otherwise, and bind it to logs."""
+    incoming = request.headers.get(REQUEST_ID_HEADER, "")
+    request_id = incoming if _REQUEST_ID_OK.match(incoming) else new_request_id()
+    request[REQUEST_ID] = request_id
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(
+        request_id=request_id, method=request.method, path=request.path
+    )
+    start = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        if not response.prepared:
+            response.headers[REQUEST_ID_HEADER] = request_id
+        return response
+    finally:
+        elapsed = time.perf_counter() - start
+        _observe(request, status, elapsed)
+        if request.path not in PUBLIC_PATHS:
+            log.info("request_finished", status=status, duration_ms=round(elapsed * 1000, 2))
+
+
+def _observe(request: web.Request, status: int, elapsed: float) -> None:
+    metrics: _Metrics | None = request.app.get(_METRICS)
+    if metrics is None:
+        return
+    info = request.match_info.route.resource
+    route = info.canonical if info is not None else "unmatched"
+    metrics.requests.labels(request.method, route, str(status)).inc()
+    metrics.duration.labels(request.method, route).observe(elapsed)
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render every failure as problem+json; unknown exceptions become a 500 with the request id."""
+    request_id = request.get(REQUEST_ID)
+    try:
+        return await handler(request)
+    except errors.ProblemError as exc:
+        if exc.kind.status >= 500:
+            log.warning("request_failed", code=exc.kind.code, detail=exc.detail)
+        return errors.problem_response(exc.body(request_id), exc.headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = errors.HTTP_STATUS_KINDS.get(exc.status)
+        code = kind.code if kind else f"ERR_HTTP_{exc.status}"
+        detail = _http_detail(request, exc)
+        body = errors.problem_body(code, exc.status, exc.reason, detail, request_id)
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return errors.problem_response(body, headers)
+    except Exception:
+        log.exception("unhandled_exception")
+        body = errors.INTERNAL(
+            f"Something went wrong on our side. Quote request id {request_id} to the operator."
+        ).body(request_id)
+        return errors.problem_response(body)
+
+
+def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
+    if exc.status == 404:
+        return f"No such endpoint: {request.method} {request.path}"
+    if exc.status == 405:
+        return f"{request.method} is not allowed on {request.path}"
+    if exc.status == 413:
+        return f"The request body is larger than this endpoint accepts ({exc.text})"
+    return exc.text or exc.reason
+
+
+@web.middleware
+async def internal_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse any request to a service that does not carry the gateway's signature."""
+    if request.path in PUBLIC_PATHS:
+        return await handler(request)
+    identity = internal_auth.verify(
+        request.app[INTERNAL_SECRET],
+        request.headers,
+        request[REQUEST_ID],
+        request.method,
+        request.path_qs,
+    )
+    if identity is None:
+        raise errors.NOT_FROM_GATEWAY(
+            "This service only answers requests forwarded by the PaddleCloud gateway."
+        )
+    request[IDENTITY] = identity
+    structlog.contextvars.bind_contextvars(user=identity.user)
+    return await handler(request)
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "paddlecloud_http_requests",
+            "HTTP requests served",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "paddlecloud_http_request_duration_seconds",
+            "Time to the handler's return (for streams: to the end of the stream)",
+            ["method", "route"],
+            registry=registry,
+        )
+
+
+_METRICS = web.AppKey("http_metrics", _Metrics)
+JSON_LIMIT = web.AppKey("json_limit", int)
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    for check in request.app[READINESS_CHECKS]:
+        try:
+            await check()
+        except Exception as exc:
+            log.warning("readiness_check_failed", check=getattr(check, "__name__", "?"), error=str(exc))
+            raise errors.NOT_READY(f"{getattr(check, '__name__', 'a check')} failed") from exc
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS_REGISTRY])
+    response = web.Response(body=body)
+    response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+    return response
+
+
+def create_base_app(
+    config: Config,
+    service: str,
+    *,
+    internal: bool = True,
+    client_max_size: int | None = None,
+    extra_middlewares: list[Any] | None = None,
+) -> web.Application:
+    """An application with the shared middlewares and probes; the service adds its routes.
+
+    `internal` services demand the gateway's signature on every non-probe request.
+    """
+    middlewares: list[Any] = [request_id_middleware, problem_middleware]
+    if internal:
+        middlewares.append(internal_auth_middleware)
+    middlewares.extend(extra_middlewares or [])
+    section = getattr(config, service)
+    app = web.Application(
+        middlewares=middlewares,
+        client_max_size=client_max_size or section.max_json_body,
+        handler_args={"access_log": None},
+    )
+    app[CONFIG] = config
+    app[SERVICE_NAME] = service
+    registry = CollectorRegistry()
+    app[METRICS_REGISTRY] = registry
+    app[_METRICS] = _Metrics(registry)
+    app[JSON_LIMIT] = section.max_json_body
+    app[READINESS_CHECKS] = []
+    if internal:
+        app[INTERNAL_SECRET] = config.internal_secret()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as JSON, refusing a wrong content type, bad JSON or an oversized body."""
+    ctype = request.content_type
+    if ctype not in ("application/json", "") and not ctype.endswith("+json"):
+        raise errors.UNSUPPORTED_MEDIA_TYPE(f"Send JSON (Content-Type: application/json), not {ctype}.")
+    limit = request.app[JSON_LIMIT]
+    if request.content_length is not None and request.content_length > limit:
+        raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
+    raw = await request.content.read(limit + 1)
+    if len(raw) > limit:
+        raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise errors.BAD_JSON(f"The body is not valid JSON: {exc}") from exc
+
+
+async def parse_body(request: web.Request, model: type[Model]) -> Model:
+    """The JSON body validated into `model`; every problem is reported with its field."""
+    data = await read_json(request)
+    return validate(model, data)
+
+
+def validate(model: type[Model], data: Any) -> Model:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_problem(exc) from exc
+
+
+def validation_problem(exc: ValidationError) -> errors.ProblemError:
+    fields = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in error["loc"]) or "(body)"
+        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        fields.append({"field": field, "message": message})
+    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+    return errors.VALIDATION(summary, errors=fields)
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda obj: json.dumps(obj, default=str))
