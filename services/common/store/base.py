@@ -26,6 +26,7 @@ class Store(abc.ABC):
     record is no longer in one of them, so two writers cannot both win.
     """
 
+    @abc.abstractmethod
     async def open(self) -> None:
         """Connect and create the schema and indexes (idempotent)."""
 
