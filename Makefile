@@ -21,12 +21,17 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --quiet .
+	@rm -rf $(VENV)/typecheck && mkdir -p $(VENV)/typecheck/paddlecloud
+	@for f in cli/*; do ln -s "$(CURDIR)/$$f" $(VENV)/typecheck/paddlecloud/; done
+	@for s in common gateway jobs pfs builder; do ln -s "$(CURDIR)/services/$$s" $(VENV)/typecheck/paddlecloud/$$s; done
 	$(BIN)/mypy
 
 test: lint
 	$(BIN)/pytest
 
 bench: install
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
 
 clean:

@@ -91,16 +91,17 @@ class Config(_Section):
         return _secret_bytes(self.internal.secret, self.internal.secret_file, "internal.secret")
 
     def store_url(self) -> str:
-        return _secret_bytes(self.store.url, self.store.url_file, "store.url").decode().strip()
+        return _secret_bytes(self.store.url, self.store.url_file, "store.url").decode()
 
     def admin_password(self) -> str | None:
         gw = self.gateway
         if gw.admin_password is None and gw.admin_password_file is None:
             return None
-        return _secret_bytes(gw.admin_password, gw.admin_password_file, "gateway.admin_password")
+        raw = _secret_bytes(gw.admin_password, gw.admin_password_file, "gateway.admin_password")
+        return bytes(raw).decode()
 
 
-def _secret_bytes(value: SecretStr | None, file: Path | None, name: str) -> Any:
+def _secret_bytes(value: SecretStr | None, file: Path | None, name: str) -> bytes:
     if file is not None:
         try:
             data = file.expanduser().read_bytes().strip()

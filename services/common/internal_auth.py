@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 USER_HEADER = "X-PaddleCloud-User"
@@ -39,9 +40,7 @@ def _mac(secret: bytes, identity: Identity, stamp: str, request_id: str, method:
     return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
 
 
-def sign(
-    secret: bytes, identity: Identity, request_id: str, method: str, path_qs: str
-) -> dict[str, str]:
+def sign(secret: bytes, identity: Identity, request_id: str, method: str, path_qs: str) -> dict[str, str]:
     """Headers that carry `identity` for one request to `method path_qs`."""
     stamp = str(int(time.time()))
     return {
@@ -54,7 +53,7 @@ def sign(
 
 def verify(
     secret: bytes,
-    headers: dict[str, str] | object,
+    headers: Mapping[str, str],
     request_id: str,
     method: str,
     path_qs: str,
@@ -62,8 +61,7 @@ def verify(
     now: float | None = None,
 ) -> Identity | None:
     """The identity the headers carry, or None if they are missing, stale or forged."""
-    get = headers.get  # type: ignore[attr-defined]
-    user, admin, stamp, signature = (get(h) for h in HEADERS)
+    user, admin, stamp, signature = (headers.get(h) for h in HEADERS)
     if not (user and admin in ("0", "1") and stamp and signature):
         return None
     try:

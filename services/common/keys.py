@@ -9,12 +9,14 @@ from prometheus_client import CollectorRegistry
 
 from .config import Config
 from .internal_auth import Identity
+from .store import Store
 
 CONFIG = web.AppKey("config", Config)
 SERVICE_NAME = web.AppKey("service_name", str)
 METRICS_REGISTRY = web.AppKey("metrics_registry", CollectorRegistry)
 READINESS_CHECKS = web.AppKey("readiness_checks", list[Callable[[], Awaitable[None]]])
 INTERNAL_SECRET = web.AppKey("internal_secret", bytes)
+STORE = web.AppKey("store", Store)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 IDENTITY = web.RequestKey("identity", Identity)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import structlog
@@ -25,7 +26,9 @@ from .keys import (
     READINESS_CHECKS,
     REQUEST_ID,
     SERVICE_NAME,
+    STORE,
 )
+from .store import Store, open_store
 
 log = structlog.get_logger()
 
@@ -49,9 +52,7 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     request_id = incoming if _REQUEST_ID_OK.match(incoming) else new_request_id()
     request[REQUEST_ID] = request_id
     structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(
-        request_id=request_id, method=request.method, path=request.path
-    )
+    structlog.contextvars.bind_contextvars(request_id=request_id, method=request.method, path=request.path)
     start = time.perf_counter()
     status = 500
     try:
@@ -124,7 +125,7 @@ async def internal_auth_middleware(request: web.Request, handler: Handler) -> we
         request.headers,
         request[REQUEST_ID],
         request.method,
-        request.path_qs,
+        request.raw_path,
     )
     if identity is None:
         raise errors.NOT_FROM_GATEWAY(
@@ -205,8 +206,8 @@ def create_base_app(
     app[_METRICS] = _Metrics(registry)
     app[JSON_LIMIT] = section.max_json_body
     app[READINESS_CHECKS] = []
-    if internal:
-        app[INTERNAL_SECRET] = config.internal_secret()
+    # Services check the gateway's signature with it; the gateway signs with it.
+    app[INTERNAL_SECRET] = config.internal_secret()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -247,7 +248,12 @@ def validation_problem(exc: ValidationError) -> errors.ProblemError:
     fields = []
     for error in exc.errors(include_url=False):
         field = ".".join(str(p) for p in error["loc"]) or "(body)"
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif error["type"] in ("model_type", "model_attributes_type", "dict_type") and not error["loc"]:
+            message = "the body must be a JSON object"
+        else:
+            message = error["msg"]
         fields.append({"field": field, "message": message})
     summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return errors.VALIDATION(summary, errors=fields)
@@ -255,3 +261,20 @@ def validation_problem(exc: ValidationError) -> errors.ProblemError:
 
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=lambda obj: json.dumps(obj, default=str))
+
+
+@contextlib.asynccontextmanager
+async def use_store(app: web.Application, config: Config, given: Store | None = None) -> AsyncIterator[Store]:
+    """Open the configured store for the app's lifetime (or use `given`, owned by the caller)."""
+    if given is not None:
+        store = given
+    else:
+        store = open_store(config.store_url())
+        await store.open()
+    app[STORE] = store
+    app[READINESS_CHECKS].append(store.ping)
+    try:
+        yield store
+    finally:
+        if given is None:
+            await store.close()

@@ -1,0 +1,1 @@
+"""The builder service: runtime environments built from requirements, cached by content hash."""

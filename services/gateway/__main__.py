@@ -1,0 +1,9 @@
+"""`python -m paddlecloud.gateway --config FILE`."""
+
+import sys
+
+from paddlecloud.common.runner import service_main
+
+from .app import create_app
+
+sys.exit(service_main("gateway", create_app))

@@ -1,0 +1,144 @@
+"""Users, passwords and tokens: the gateway's domain logic, independent of HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.store import AlreadyExists, Quota, Store, Token, User
+from paddlecloud.common.store.models import utcnow
+
+log = structlog.get_logger()
+
+TOKEN_PREFIX = "pc_"  # noqa: S105 - a marker that makes leaked tokens greppable, not a secret
+# User names become PFS home directories and Kubernetes namespace suffixes.
+USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+MIN_PASSWORD_LENGTH = 8
+# Verified sessions are remembered this long, so a busy client costs no store round trip
+# per request. A revocation or user deletion on this gateway takes effect at once; other
+# gateway replicas notice it within this many seconds.
+SESSION_CACHE_SECONDS = 10.0
+SESSION_CACHE_SIZE = 10_000
+
+
+class LoginFailed(Exception):
+    """Wrong user name or password; deliberately does not say which."""
+
+
+@dataclass(frozen=True)
+class Session:
+    identity: Identity
+    token_hash: str
+    expires_at: datetime
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Accounts:
+    """Authenticates users and issues, checks and revokes their tokens."""
+
+    def __init__(self, store: Store, token_ttl: timedelta) -> None:
+        self._store = store
+        self._ttl = token_ttl
+        self._hasher = PasswordHasher()
+        # Verified against when the user does not exist, so that a missing user and a
+        # wrong password take the same time.
+        self._dummy_hash = self._hasher.hash(secrets.token_hex(16))
+        self._sessions: OrderedDict[str, tuple[float, Session]] = OrderedDict()
+
+    async def hash_password(self, password: str) -> str:
+        # argon2 is deliberately slow (tens of ms); keep it off the event loop.
+        return await asyncio.to_thread(self._hasher.hash, password)
+
+    async def _verify(self, password_hash: str, password: str) -> bool:
+        def check() -> bool:
+            try:
+                return self._hasher.verify(password_hash, password)
+            except (VerificationError, InvalidHashError):
+                return False
+
+        return await asyncio.to_thread(check)
+
+    async def login(self, username: str, password: str) -> tuple[str, Token, User]:
+        """A new token for the user, or LoginFailed."""
+        user = await self._store.get_user(username)
+        ok = await self._verify(user.password_hash if user else self._dummy_hash, password)
+        if user is None or not ok:
+            log.info("login_failed", username=username)
+            raise LoginFailed
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        record = Token(token_hash=hash_token(token), user=user.name, expires_at=utcnow() + self._ttl)
+        await self._store.add_token(record)
+        log.info("login_succeeded", username=user.name)
+        return token, record, user
+
+    async def authenticate(self, token: str) -> Session | None:
+        """The session a token opens, or None if it is unknown, expired or its user is gone."""
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        token_hash = hash_token(token)
+        cached = self._sessions.get(token_hash)
+        if cached is not None:
+            fresh_until, session = cached
+            if time.monotonic() < fresh_until and session.expires_at > utcnow():
+                self._sessions.move_to_end(token_hash)
+                return session
+            del self._sessions[token_hash]
+        record = await self._store.get_token(token_hash)
+        if record is None or record.expires_at <= utcnow():
+            return None
+        user = await self._store.get_user(record.user)
+        if user is None:
+            return None
+        session = Session(Identity(user.name, user.admin), token_hash, record.expires_at)
+        self._sessions[token_hash] = (time.monotonic() + SESSION_CACHE_SECONDS, session)
+        if len(self._sessions) > SESSION_CACHE_SIZE:
+            self._sessions.popitem(last=False)
+        return session
+
+    async def revoke(self, token_hash: str) -> None:
+        self._sessions.pop(token_hash, None)
+        await self._store.delete_token(token_hash)
+
+    async def delete_user(self, name: str) -> bool:
+        """Remove a user and end their sessions; False if there was no such user."""
+        for token_hash, (_, session) in list(self._sessions.items()):
+            if session.identity.user == name:
+                del self._sessions[token_hash]
+        deleted = await self._store.delete_user(name)
+        if deleted:
+            log.info("user_deleted", name=name)
+        return deleted
+
+    async def create_user(self, name: str, password: str, *, admin: bool = False) -> User:
+        """Add a user; AlreadyExists if the name is taken."""
+        user = User(name=name, password_hash=await self.hash_password(password), admin=admin)
+        await self._store.create_user(user)
+        log.info("user_created", name=name, admin=admin)
+        return user
+
+    async def set_quota(self, name: str, quota: Quota) -> User | None:
+        return await self._store.update_user(name, quota=quota)
+
+    async def ensure_admin(self, name: str, password: str) -> bool:
+        """Create the first admin if the store has no users at all; True if it did."""
+        if await self._store.count_users() > 0:
+            return False
+        try:
+            await self.create_user(name, password, admin=True)
+        except AlreadyExists:
+            return False  # another gateway replica bootstrapped it first
+        return True

@@ -1,0 +1,231 @@
+"""HTTP handlers the gateway answers itself: tokens, users, version, the OpenAPI document."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import structlog
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from paddlecloud import __version__
+from paddlecloud.common import errors
+from paddlecloud.common.keys import IDENTITY, STORE
+from paddlecloud.common.quantity import (
+    QuantityError,
+    format_bytes,
+    format_cpu_milli,
+    parse_bytes,
+    parse_cpu_milli,
+)
+from paddlecloud.common.store import AlreadyExists, Quota, User
+from paddlecloud.common.web import json_response, parse_body
+
+from .accounts import MIN_PASSWORD_LENGTH, USER_NAME, LoginFailed, Session
+from .keys import ACCOUNTS
+from .openapi import openapi_document
+
+log = structlog.get_logger()
+
+SESSION = web.RequestKey("session", Session)
+# The only /api/v1 call that needs no token.
+PUBLIC_ROUTES = frozenset({("POST", "/api/v1/auth/token")})
+_AUTH_HEADER = re.compile(r"^\s*(bearer|token)\s+(\S+)\s*$", re.IGNORECASE)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TokenRequest(_Body):
+    username: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    password: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class UserCreate(_Body):
+    name: Annotated[str, StringConstraints(pattern=USER_NAME.pattern)] = Field(
+        description="lowercase letters, digits and '-', starting and ending with a letter or digit"
+    )
+    password: Annotated[str, StringConstraints(min_length=MIN_PASSWORD_LENGTH, max_length=1024)]
+    admin: bool = False
+
+
+class QuotaUpdate(_Body):
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+    cpu: str | int | float | None = None
+    gpu: Annotated[int, Field(ge=0, strict=True)] | None = None
+    memory: str | int | None = None
+    jobs: Annotated[int, Field(ge=0, strict=True)] | None = None
+    storage: str | int | None = None
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: Any) -> Any:
+        if value is not None:
+            _check(parse_cpu_milli, value)
+        return value
+
+    @field_validator("memory", "storage")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        if value is not None:
+            _check(parse_bytes, value)
+        return value
+
+    def to_quota(self) -> Quota:
+        return Quota(
+            cpu_milli=None if self.cpu is None else parse_cpu_milli(self.cpu),
+            gpu=self.gpu,
+            memory_bytes=None if self.memory is None else parse_bytes(self.memory),
+            jobs=self.jobs,
+            storage_bytes=None if self.storage is None else parse_bytes(self.storage),
+        )
+
+
+def _check(parse: Any, value: Any) -> None:
+    try:
+        parse(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def render_quota(quota: Quota) -> dict[str, Any]:
+    return {
+        "cpu": None if quota.cpu_milli is None else format_cpu_milli(quota.cpu_milli),
+        "gpu": quota.gpu,
+        "memory": None if quota.memory_bytes is None else format_bytes(quota.memory_bytes),
+        "jobs": quota.jobs,
+        "storage": None if quota.storage_bytes is None else format_bytes(quota.storage_bytes),
+    }
+
+
+def render_user(user: User) -> dict[str, Any]:
+    return {
+        "name": user.name,
+        "admin": user.admin,
+        "created_at": user.created_at.isoformat(),
+        "quota": render_quota(user.quota),
+    }
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Demand a valid token on every /api call but the login itself."""
+    if not request.path.startswith("/api/") or (request.method, request.path) in PUBLIC_ROUTES:
+        return await handler(request)
+    match = _AUTH_HEADER.match(request.headers.get("Authorization", ""))
+    challenge = {"WWW-Authenticate": 'Bearer realm="paddlecloud"'}
+    if match is None:
+        raise errors.UNAUTHENTICATED(
+            "Send 'Authorization: Bearer <token>'. Get a token with POST /api/v1/auth/token "
+            "or `paddlecloud login`.",
+            headers=challenge,
+        )
+    session = await request.app[ACCOUNTS].authenticate(match.group(2))
+    if session is None:
+        raise errors.UNAUTHENTICATED(
+            "The token is unknown, expired or revoked. Log in again.", headers=challenge
+        )
+    request[SESSION] = session
+    request[IDENTITY] = session.identity
+    structlog.contextvars.bind_contextvars(user=session.identity.user)
+    return await handler(request)
+
+
+def require_admin(request: web.Request) -> None:
+    if not request[IDENTITY].admin:
+        raise errors.FORBIDDEN("Only administrators manage users.")
+
+
+async def create_token(request: web.Request) -> web.Response:
+    body = await parse_body(request, TokenRequest)
+    try:
+        token, record, user = await request.app[ACCOUNTS].login(body.username, body.password)
+    except LoginFailed:
+        raise errors.BAD_CREDENTIALS("The user name or the password is wrong.") from None
+    return json_response(
+        {
+            "token": token,
+            "expires_at": record.expires_at.isoformat(),
+            "user": user.name,
+            "admin": user.admin,
+        },
+        status=201,
+    )
+
+
+async def delete_token(request: web.Request) -> web.Response:
+    await request.app[ACCOUNTS].revoke(request[SESSION].token_hash)
+    log.info("token_revoked")
+    return web.Response(status=204)
+
+
+async def whoami(request: web.Request) -> web.Response:
+    session = request[SESSION]
+    return json_response(
+        {
+            "user": session.identity.user,
+            "admin": session.identity.admin,
+            "expires_at": session.expires_at.isoformat(),
+        }
+    )
+
+
+async def list_users(request: web.Request) -> web.Response:
+    require_admin(request)
+    users = await request.app[STORE].list_users()
+    return json_response({"users": [render_user(u) for u in users]})
+
+
+async def create_user(request: web.Request) -> web.Response:
+    require_admin(request)
+    body = await parse_body(request, UserCreate)
+    try:
+        user = await request.app[ACCOUNTS].create_user(body.name, body.password, admin=body.admin)
+    except AlreadyExists:
+        raise errors.ALREADY_EXISTS(f"A user named {body.name!r} already exists.") from None
+    return json_response(render_user(user), status=201)
+
+
+async def delete_user(request: web.Request) -> web.Response:
+    require_admin(request)
+    name = request.match_info["name"]
+    if name == request[IDENTITY].user:
+        raise errors.CONFLICT("You cannot delete yourself; ask another administrator.")
+    if not await request.app[ACCOUNTS].delete_user(name):
+        raise errors.NOT_FOUND(f"There is no user named {name!r}.")
+    return web.Response(status=204)
+
+
+async def set_quota(request: web.Request) -> web.Response:
+    require_admin(request)
+    name = request.match_info["name"]
+    body = await parse_body(request, QuotaUpdate)
+    user = await request.app[ACCOUNTS].set_quota(name, body.to_quota())
+    if user is None:
+        raise errors.NOT_FOUND(f"There is no user named {name!r}.")
+    log.info("quota_set", name=name)
+    return json_response(render_user(user))
+
+
+async def version(_request: web.Request) -> web.Response:
+    return json_response({"version": __version__, "api": "v1"})
+
+
+async def openapi(_request: web.Request) -> web.Response:
+    return json_response(openapi_document())
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/api/v1/auth/token", create_token)
+    r.add_delete("/api/v1/auth/token", delete_token)
+    r.add_get("/api/v1/auth/whoami", whoami)
+    r.add_get("/api/v1/users", list_users)
+    r.add_post("/api/v1/users", create_user)
+    r.add_delete("/api/v1/users/{name}", delete_user)
+    r.add_put("/api/v1/users/{name}/quota", set_quota)
+    r.add_get("/api/v1/version", version)
+    r.add_get("/api/v1/openapi.json", openapi)

@@ -1,0 +1,1 @@
+"""The pfs service: confined, resumable file storage under /pfs/<datacenter>."""

@@ -1,0 +1,188 @@
+"""Helpers the tests share: configs on temporary directories and a real upstream service."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from paddlecloud.common.config import Config, load_config
+from paddlecloud.common.keys import IDENTITY, REQUEST_ID
+from paddlecloud.common.web import create_base_app
+
+INTERNAL_SECRET = "test-internal-secret-0123456789abcdef"
+ADMIN_PASSWORD = "admin-password-for-tests"
+
+
+def config_dict(tmp_path: Path, **sections: dict[str, Any]) -> dict[str, Any]:
+    """A server config whose state all lives under `tmp_path`."""
+    raw: dict[str, Any] = {
+        "store": {"url": f"sqlite:///{tmp_path}/store.db"},
+        "internal": {"secret": INTERNAL_SECRET},
+        "pfs": {"root": str(tmp_path / "pfs")},
+        "gateway": {"admin_password": ADMIN_PASSWORD, "port": 0},
+        "jobs": {"port": 0},
+        "builder": {"port": 0},
+        "log": {"format": "json", "level": "info"},
+    }
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return raw
+
+
+def make_config(tmp_path: Path, **sections: dict[str, Any]) -> Config:
+    path = write_config(tmp_path, **sections)
+    return load_config(path, env={})
+
+
+def write_config(tmp_path: Path, **sections: dict[str, Any]) -> Path:
+    path = tmp_path / "paddlecloud.yaml"
+    path.write_text(yaml.safe_dump(config_dict(tmp_path, **sections)))
+    return path
+
+
+def free_port() -> int:
+    """A port nobody listens on (bound, then released): for 'service is down' tests."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def echo(request: web.Request) -> web.Response:
+    """What the service saw: identity, request id, headers, path."""
+    identity = request[IDENTITY]
+    return web.json_response(
+        {
+            "user": identity.user,
+            "admin": identity.admin,
+            "request_id": request[REQUEST_ID],
+            "headers": dict(request.headers),
+            "raw_path": request.raw_path,
+            "method": request.method,
+        }
+    )
+
+
+async def sink(request: web.Request) -> web.Response:
+    """Read the body as a stream, keeping only its length and sha256."""
+    digest = hashlib.sha256()
+    size = 0
+    async for chunk in request.content.iter_any():
+        digest.update(chunk)
+        size += len(chunk)
+    return web.json_response({"size": size, "sha256": digest.hexdigest()})
+
+
+async def source(request: web.Request) -> web.StreamResponse:
+    """Stream `size` bytes of a repeating pattern without ever holding them."""
+    size = int(request.query["size"])
+    block = bytes(range(256)) * 4096  # 1 MiB
+    response = web.StreamResponse()
+    response.content_length = size
+    await response.prepare(request)
+    sent = 0
+    while sent < size:
+        piece = block[: min(len(block), size - sent)]
+        await response.write(piece)
+        sent += len(piece)
+    await response.write_eof()
+    return response
+
+
+def pattern_sha256(size: int) -> str:
+    block = bytes(range(256)) * 4096
+    digest = hashlib.sha256()
+    sent = 0
+    while sent < size:
+        piece = block[: min(len(block), size - sent)]
+        digest.update(piece)
+        sent += len(piece)
+    return digest.hexdigest()
+
+
+def create_upstream_app(config: Config, service: str = "pfs") -> web.Application:
+    """A real internal service (gateway signature required) with echo, sink and source routes."""
+    app = create_base_app(config, service)
+    prefix = {"pfs": "/api/v1/pfs", "jobs": "/api/v1/jobs", "builder": "/api/v1/builds"}[service]
+    app.router.add_route("*", f"{prefix}/echo", echo)
+    app.router.add_post(f"{prefix}/sink", sink)
+    app.router.add_put(f"{prefix}/sink", sink)
+    app.router.add_get(f"{prefix}/source", source)
+    return app
+
+
+class ServiceProcess:
+    """One service run as `python -m paddlecloud.<name>` on a free loopback port."""
+
+    def __init__(self, name: str, config_path: Path, workdir: Path) -> None:
+        self.name = name
+        self.config_path = config_path
+        self.ready_file = workdir / f"{name}.ready"
+        self.log_path = workdir / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.module = f"paddlecloud.{name}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.ready_file.unlink(missing_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    self.module,
+                    "--config",
+                    str(self.config_path),
+                    "--port",
+                    "0",
+                    "--ready-file",
+                    str(self.ready_file),
+                ],
+                stdout=log,
+                stderr=log,
+            )
+        deadline = time.monotonic() + timeout
+        while not self.ready_file.exists():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log_path.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} did not start: {self.log_path.read_text()[-2000:]}")
+            time.sleep(0.02)
+        address = json.loads(self.ready_file.read_text())
+        self.url = f"http://{address['host']}:{address['port']}"
+
+    def stop(self) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def reset_peak_memory(self) -> None:
+        """Reset VmHWM to the current RSS (Linux's clear_refs 5), to measure one phase alone."""
+        assert self.process is not None
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+
+    def memory_kib(self) -> dict[str, int]:
+        """VmRSS and VmHWM (the kernel's peak RSS) of the process, in KiB."""
+        assert self.process is not None
+        fields = {}
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0])
+        return fields

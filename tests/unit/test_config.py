@@ -1,0 +1,83 @@
+"""Server config: YAML, environment overrides, validation, secrets kept out of reprs."""
+
+from __future__ import annotations
+
+import pytest
+
+from paddlecloud.common.config import ConfigError, apply_env, load_config
+
+
+def test_defaults_without_a_file() -> None:
+    config = load_config(None, env={})
+    assert config.gateway.port == 8080
+    assert config.store_url().startswith("sqlite:///")
+
+
+def test_env_overrides_every_section(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("gateway:\n  port: 9000\n  read_timeout: 30\npfs:\n  datacenter: dc1\n")
+    config = load_config(
+        path,
+        env={
+            "PADDLECLOUD_GATEWAY_PORT": "9100",
+            "PADDLECLOUD_PFS_DATACENTER": "dc2",
+            "PADDLECLOUD_STORE_URL": "mongodb://db:27017/pc",
+            "PADDLECLOUD_INTERNAL_SECRET": "s3cret",
+            "PADDLECLOUD_ENDPOINT": "not server config, ignored",
+            "HOME": "/root",
+        },
+    )
+    assert config.gateway.port == 9100
+    assert config.gateway.read_timeout == 30
+    assert config.pfs.datacenter == "dc2"
+    assert config.store_url() == "mongodb://db:27017/pc"
+    assert config.internal_secret() == b"s3cret"
+
+
+def test_unknown_env_key_is_named() -> None:
+    with pytest.raises(ConfigError, match="PADDLECLOUD_GATEWAY_PROT"):
+        apply_env({}, {"PADDLECLOUD_GATEWAY_PROT": "1"})
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "words"),
+    [
+        ("gateway:\n  port: seventy\n", "gateway.port"),
+        ("gateway:\n  colour: red\n", "gateway.colour"),
+        ("- a\n- b\n", "mapping of sections"),
+        ("gateway: [\n", "not valid YAML"),
+        ("log:\n  format: xml\n", "log.format"),
+    ],
+)
+def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("[", r"\[")):
+        load_config(path, env={})
+
+
+def test_missing_file_is_a_config_error(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml", env={})
+
+
+def test_secrets_from_files_and_never_in_repr(tmp_path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("from-a-file\n")
+    config = load_config(
+        None,
+        env={
+            "PADDLECLOUD_INTERNAL_SECRET_FILE": str(secret),
+            "PADDLECLOUD_GATEWAY_ADMIN_PASSWORD": "pw-in-env",
+        },
+    )
+    assert config.internal_secret() == b"from-a-file"
+    assert config.admin_password() == "pw-in-env"
+    text = repr(config) + str(config.model_dump())
+    assert "pw-in-env" not in text and "from-a-file" not in text
+
+
+def test_missing_secret_refuses_to_run() -> None:
+    config = load_config(None, env={})
+    with pytest.raises(ConfigError, match=r"internal\.secret is not set"):
+        config.internal_secret()
