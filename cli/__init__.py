@@ -1,3 +1,33 @@
-"""PaddleCloud's client side: the `paddlecloud` command, the Python SDK and the helpers training code imports."""
+"""PaddleCloud's client side: the `paddlecloud` command, the SDK, and helpers for training code."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
+    from .errors import ApiError, ConnectionProblem, PaddleCloudError
+
+__all__ = ["ApiError", "AsyncClient", "Client", "ConnectionProblem", "PaddleCloudError", "__version__"]
+
+# Imported on first use: training code imports `paddlecloud` for its runtime helpers inside
+# every worker, and should not pay for aiohttp there.
+_LAZY = {
+    "AsyncClient": ".client",
+    "Client": ".client",
+    "ApiError": ".errors",
+    "ConnectionProblem": ".errors",
+    "PaddleCloudError": ".errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
