@@ -29,8 +29,10 @@ from .openapi import openapi_document
 log = structlog.get_logger()
 
 SESSION = web.RequestKey("session", Session)
-# The only /api/v1 call that needs no token.
-PUBLIC_ROUTES = frozenset({("POST", "/api/v1/auth/token")})
+# The /api/v1 calls that need no token: logging in, and the version (a departure from
+# DESIGN §3, as Kubernetes' /version: it says nothing but version strings, and lets
+# `paddlecloud version` check a server before any login).
+PUBLIC_ROUTES = frozenset({("POST", "/api/v1/auth/token"), ("GET", "/api/v1/version")})
 _AUTH_HEADER = re.compile(r"^\s*(bearer|token)\s+(\S+)\s*$", re.IGNORECASE)
 
 

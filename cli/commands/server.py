@@ -1,0 +1,108 @@
+"""`server`: run the whole platform on this machine (SQLite, local processes, a local PFS root)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from paddlecloud.common.supervisor import ADMIN, Platform, run_platform
+
+from ..config import ClientConfig, ConfigMissing, Datacenter, load_config, save_config
+from ..context import Context
+from ..flags import add_flag
+from . import CommandTree
+
+ORDER = 95
+DATA_DIR_ENV = "PADDLECLOUD_DATA_DIR"
+
+
+def write_client_config(ctx: Context, platform: Platform, *, make_current: bool) -> Path:
+    """Add (or refresh) the local platform's admin entry in the client config."""
+    path = ctx.config_path
+    try:
+        config = load_config(path)
+    except ConfigMissing:
+        config = ClientConfig(path=path)
+    entry = Datacenter(
+        name=platform.datacenter,
+        username=ADMIN,
+        password=platform.admin_password(),
+        endpoint=platform.endpoint,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_config(config.with_datacenter(entry, make_current=make_current))
+    return path
+
+
+def data_dir(ctx: Context, args: argparse.Namespace) -> Path:
+    home = ctx.env.get("HOME")
+    chosen = args.data_dir or ctx.env.get(DATA_DIR_ENV) or "~/.paddlecloud"
+    if chosen.startswith("~/") and home:
+        return Path(home) / chosen[2:]
+    return Path(chosen).expanduser()
+
+
+async def server(ctx: Context, args: argparse.Namespace) -> int:
+    platform = Platform(
+        data_dir=data_dir(ctx, args),
+        host=args.host,
+        port=args.port,
+        base_config=Path(args.server_config) if args.server_config else None,
+        datacenter=args.datacenter_name,
+        log=lambda line: print(f"paddlecloud server: {line}", file=ctx.stderr, flush=True),
+    )
+    new_password = platform.prepare()
+
+    def on_ready(running: Platform) -> None:
+        out = ctx.stdout
+        print(f"PaddleCloud is running at {running.endpoint} (data in {running.data_dir})", file=out)
+        if new_password is not None:
+            print(f"Created administrator {ADMIN!r} with password: {new_password}", file=out)
+            print(f"  (also kept in {running.data_dir / 'admin.password'}, readable only by you)", file=out)
+        if new_password is not None or args.init:
+            path = write_client_config(ctx, running, make_current=True)
+            print(f"Wrote datacenter {running.datacenter!r} for {ADMIN!r} to {path}", file=out)
+        print("Press Ctrl-C to stop.", file=out, flush=True)
+
+    return await run_platform(platform, on_ready)
+
+
+def register(tree: CommandTree) -> None:
+    p = tree.command(
+        "server",
+        server,
+        help="run the whole platform on this machine",
+        description=(
+            "Run the gateway and the jobs, pfs and builder services as supervised processes on\n"
+            "this machine, with a SQLite store and a local PFS root under the data directory. A\n"
+            "crashed service is restarted; Ctrl-C or SIGTERM stops them all. The first run creates\n"
+            "the administrator, prints its password and adds it to the client config."
+        ),
+        epilog=(
+            "examples:\n"
+            "  paddlecloud server                       # http://127.0.0.1:8080, data in ~/.paddlecloud\n"
+            "  paddlecloud server --port 0 --data-dir /tmp/pc   # any free port\n"
+            "  paddlecloud server --init                # rewrite the client config for the admin\n"
+        ),
+    )
+    add_flag(
+        p, "data-dir", metavar="DIR", help=f"state directory (default: ${DATA_DIR_ENV}, else ~/.paddlecloud)"
+    )
+    add_flag(p, "host", default="127.0.0.1", help="address the gateway listens on (default: %(default)s)")
+    add_flag(
+        p, "port", type=int, default=8080, help="gateway port; 0 picks a free one (default: %(default)s)"
+    )
+    add_flag(
+        p,
+        "server-config",
+        metavar="FILE",
+        help="a paddlecloud.yaml whose sections are merged under the embedded defaults",
+    )
+    add_flag(
+        p,
+        "datacenter-name",
+        default="datacenter1",
+        metavar="NAME",
+        help="this platform's datacenter: PFS paths are /pfs/NAME/... (default: %(default)s)",
+    )
+    add_flag(p, "init", action="store_true", help="write the admin's entry to the client config again")

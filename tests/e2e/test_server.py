@@ -1,0 +1,122 @@
+"""`paddlecloud server` end to end: first run, the CLI against it, supervision, clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+from paddlecloud.config import TokenCache
+
+pytestmark = pytest.mark.slow
+
+
+def get(url: str, headers: dict[str, str]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - loopback test server
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def test_first_run_cli_supervision_and_clean_stop(server_factory, tmp_path) -> None:
+    server = server_factory()
+    assert server.admin_password, server.stdout_lines
+    config = (tmp_path / "home" / ".paddle" / "config").read_text()
+    assert server.endpoint in config and "current-datacenter: datacenter1" in config
+    assert oct((tmp_path / "home" / ".paddle" / "config").stat().st_mode & 0o777) == "0o600"
+
+    # The CLI, as its own process, against the platform.
+    login = server.cli("login")
+    assert "as admin" in login.stdout
+    version = json.loads(server.cli("-o", "json", "version").stdout)
+    assert version["client"]["version"] == version["server"]["version"]
+    created = server.cli("users", "create", "alice", "--password-stdin", stdin="alice-password\n")
+    assert "alice" in created.stdout
+    users = json.loads(server.cli("-o", "json", "get", "users").stdout)
+    assert [u["name"] for u in users["users"]] == ["admin", "alice"]
+    server.cli(
+        "config",
+        "add",
+        "as-alice",
+        "--endpoint",
+        server.endpoint,
+        "--username",
+        "alice",
+        "--password-stdin",
+        stdin="alice-password\n",
+    )
+    whoami = json.loads(server.cli("--datacenter", "as-alice", "-o", "json", "whoami").stdout)
+    assert (whoami["user"], whoami["admin"]) == ("alice", False)
+    refused = server.cli("--datacenter", "as-alice", "users", "list", check=False)
+    assert refused.returncode == 1
+    assert len(refused.stderr.strip().splitlines()) == 1 and "request id" in refused.stderr
+
+    # One request id, in the gateway's log and in the service's it reached.
+    cache = TokenCache(tmp_path / "home" / ".paddle" / "tokens.json")
+    cached = cache.get("datacenter1", "admin", server.endpoint)
+    assert cached is not None
+    admin_token = cached.token
+    status, body = get(
+        f"{server.endpoint}/api/v1/jobs/no-such-endpoint",
+        {"Authorization": f"Bearer {admin_token}", "X-Request-ID": "e2e-request-42"},
+    )
+    assert status == 404 and body["request_id"] == "e2e-request-42"
+    logs = server.data_dir / "logs"
+    for name in ("gateway", "jobs"):
+        lines = [json.loads(x) for x in (logs / f"{name}.log").read_text().splitlines() if x.startswith("{")]
+        assert any(x.get("request_id") == "e2e-request-42" for x in lines), name
+
+    # A service killed outright is restarted, and the restart is logged.
+    services = server.services()
+    assert set(services) == {"gateway", "jobs", "pfs", "builder"}
+    os.kill(services["jobs"].pid, signal.SIGKILL)
+    server.wait_for_stderr("jobs exited with -9")
+    server.wait_for_stderr("restarted jobs")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status, body = get(f"{server.endpoint}/api/v1/jobs/again", {"Authorization": f"Bearer {admin_token}"})
+        if status == 404:
+            break
+        assert status == 502, body  # down for a moment, never anything else
+        time.sleep(0.1)
+    assert status == 404 and body["code"] == "ERR_NOT_FOUND"
+
+    # SIGTERM stops everything, and nothing is left behind.
+    pids = [p.pid for p in server.services().values()]
+    assert server.stop() == 0
+    assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not (server.data_dir / "run" / "server.json").exists()
+
+    # A second start keeps the administrator and prints no new password; --init points
+    # the client config at the new port, and the first password still logs in.
+    again = server_factory("--init")
+    assert again.admin_password is None
+    assert not any("Created administrator" in line for line in again.stdout_lines)
+    assert f"password: {server.admin_password}" in (tmp_path / "home" / ".paddle" / "config").read_text()
+    assert "as admin" in again.cli("login").stdout
+    assert again.stop() == 0
+
+
+def test_busy_port_is_one_clear_line(server_factory, tmp_path) -> None:
+    first = server_factory()
+    port = first.endpoint.rsplit(":", 1)[1]
+    second = subprocess.run(
+        [sys.executable, "-m", "paddlecloud", "server", "--data-dir", str(tmp_path / "d2"), "--port", port],
+        env={**os.environ, "HOME": str(tmp_path / "home2")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+    assert "Traceback" not in second.stderr
