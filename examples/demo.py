@@ -1,0 +1,115 @@
+"""`make demo`: start the platform on this machine, use it through the CLI, stop it cleanly.
+
+Everything lives under .demo/ in the repository (a private HOME and data directory), so
+the demo never touches your own ~/.paddle/config or ~/.paddlecloud.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / ".demo"
+HOME = DEMO / "home"
+DATA = DEMO / "data"
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
+ENV["HOME"] = str(HOME)
+CLI = [sys.executable, "-m", "paddlecloud"]
+
+
+def step(title: str) -> None:
+    print(f"\n== {title}", flush=True)
+
+
+def run(*args: str, stdin: str | None = None) -> str:
+    """Run one `paddlecloud` command as a user would, showing it and what it printed."""
+    print(f"$ paddlecloud {shlex.join(args)}", flush=True)
+    result = subprocess.run([*CLI, *args], env=ENV, input=stdin, capture_output=True, text=True, timeout=120)
+    output = (result.stdout + result.stderr).rstrip()
+    if output:
+        print("  " + output.replace("\n", "\n  "), flush=True)
+    if result.returncode != 0:
+        raise SystemExit(f"demo: `paddlecloud {shlex.join(args)}` exited {result.returncode}")
+    return result.stdout
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    step("Start the platform: gateway, jobs, pfs and builder as supervised processes")
+    print(f"$ paddlecloud server --data-dir {DATA.relative_to(ROOT)} --port 0", flush=True)
+    server = subprocess.Popen(
+        [*CLI, "server", "--data-dir", str(DATA), "--port", "0"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert server.stdout is not None
+    endpoint = ""
+    for line in server.stdout:
+        print("  " + line.rstrip(), flush=True)
+        if line.startswith("PaddleCloud is running at "):
+            endpoint = line.split()[4]
+        if line.startswith("Press Ctrl-C"):
+            break
+    if not endpoint:
+        server.wait()
+        raise SystemExit(f"demo: the server did not start (exit {server.returncode}); see {DATA}/logs")
+    return server, endpoint
+
+
+def stop_server(server: subprocess.Popen[str]) -> None:
+    step("Stop the platform (SIGTERM, as Ctrl-C would)")
+    children = psutil.Process(server.pid).children(recursive=True)
+    server.send_signal(signal.SIGTERM)
+    code = server.wait(timeout=60)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    if code != 0 or alive:
+        raise SystemExit(f"demo: server exited {code}; still running: {[p.pid for p in alive]}")
+    print(f"  server exited {code}; all {len(children)} service processes are gone", flush=True)
+
+
+def main() -> int:
+    started = time.monotonic()
+    shutil.rmtree(DEMO, ignore_errors=True)
+    HOME.mkdir(parents=True)
+    server, endpoint = start_server()
+    try:
+        step("Log in as the administrator the first run created")
+        run("login")
+        run("version")
+
+        step("Create a user, and log in as that user")
+        run("users", "create", "alice", "--password-stdin", stdin="alice-demo-password\n")
+        run("users", "quota", "alice", "-cpu", "4", "-memory", "8Gi", "-jobs", "2")
+        run(
+            "config",
+            "add",
+            "alice",
+            "--endpoint",
+            endpoint,
+            "--username",
+            "alice",
+            "--password-stdin",
+            stdin="alice-demo-password\n",
+        )
+        run("config", "use", "alice")
+        run("login")
+        run("whoami")
+        run("-o", "json", "version")
+    finally:
+        stop_server(server)
+    print(f"\ndemo finished in {time.monotonic() - started:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
