@@ -1,0 +1,47 @@
+"""The OpenAPI document is valid, served, and describes exactly the routes the gateway answers."""
+
+from __future__ import annotations
+
+from openapi_spec_validator import validate
+
+from paddlecloud import __version__
+from paddlecloud.gateway.app import create_app
+from paddlecloud.gateway.openapi import openapi_document
+from support import make_config
+
+METHODS = {"get", "post", "put", "delete", "patch", "head", "options"}
+
+
+def test_document_is_valid_openapi() -> None:
+    document = openapi_document()
+    validate(document)
+    assert document["info"]["version"] == __version__
+
+
+def test_document_matches_the_gateways_own_routes(tmp_path) -> None:
+    app = create_app(make_config(tmp_path))
+    routes = set()
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource else ""
+        if path.startswith("/api/v1/") and "{tail" not in path and route.method.lower() in METHODS:
+            routes.add((route.method.lower(), path.removeprefix("/api/v1")))
+    # aiohttp answers HEAD wherever it answers GET; that is no API of its own.
+    routes -= {("head", path) for method, path in routes if method == "get"}
+    documented = {
+        (method, path)
+        for path, item in openapi_document()["paths"].items()
+        for method in item
+        if method in METHODS
+    }
+    assert routes == documented
+
+
+async def test_document_is_served(tmp_path, aiohttp_client) -> None:
+    client = await aiohttp_client(create_app(make_config(tmp_path)))
+    login = await client.post(
+        "/api/v1/auth/token", json={"username": "admin", "password": "admin-password-for-tests"}
+    )
+    token = (await login.json())["token"]
+    resp = await client.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {token}"})
+    assert resp.status == 200
+    assert (await resp.json())["openapi"].startswith("3.")
