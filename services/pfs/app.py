@@ -3,34 +3,47 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.keys import CONFIG, READINESS_CHECKS
-from paddlecloud.common.web import create_base_app
+from paddlecloud.common.keys import READINESS_CHECKS
+from paddlecloud.common.store import Store
+from paddlecloud.common.web import create_base_app, use_store
 
-PFS_ROOT = web.AppKey("pfs_root", Path)
+from .keys import DATACENTER, ROOT, USAGE
+from .paths import Root
+from .usage import Usage
 
 
-def create_app(config: Config) -> web.Application:
-    """The pfs service, serving the datacenter root `pfs.root` as /pfs/<datacenter>."""
+def create_app(config: Config, *, store: Store | None = None) -> web.Application:
+    """The pfs service, serving the datacenter root `pfs.root` as /pfs/<datacenter>.
+
+    Uploads can be as large as the quota allows: handlers stream bodies and enforce their
+    own limits, so `client_max_size` only guards the JSON endpoints.
+    """
     app = create_base_app(config, "pfs")
-    app.cleanup_ctx.append(_root)
+    app[DATACENTER] = config.pfs.datacenter
+    app.cleanup_ctx.append(_resources(config, store))
     return app
 
 
-async def _root(app: web.Application) -> AsyncIterator[None]:
-    root = app[CONFIG].pfs.root.expanduser().resolve()
-    for part in ("home", "public"):
-        (root / part).mkdir(parents=True, exist_ok=True)
-    app[PFS_ROOT] = root
+def _resources(
+    config: Config, given_store: Store | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        root = Root(config.pfs.root.expanduser().resolve())
+        app[ROOT] = root
+        app[USAGE] = Usage(root)
 
-    async def root_writable() -> None:
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise OSError(f"{root} is not a writable directory")
+        async def root_writable() -> None:
+            if not os.access(root.root, os.W_OK | os.X_OK):
+                raise OSError(f"{root.root} is not a writable directory")
 
-    app[READINESS_CHECKS].append(root_writable)
-    yield
+        app[READINESS_CHECKS].append(root_writable)
+        # The store holds users' storage quotas.
+        async with use_store(app, config, given_store):
+            yield
+
+    return ctx

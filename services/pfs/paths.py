@@ -1,0 +1,326 @@
+"""PFS paths: parsed strictly, authorised per user, and opened only beneath their area's root.
+
+A PFS path is `/pfs/<datacenter>/home/<user>/...` or `/pfs/<datacenter>/public/...`.
+Parsing refuses every spelling of traversal before the filesystem is touched; opening
+then resolves beneath the area's directory with the kernel's help (`openat2` with
+RESOLVE_BENEATH, or a per-component O_NOFOLLOW walk where that is missing), so a
+symlink a user's job planted cannot lead out of their home either.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+import stat
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote
+
+from paddlecloud.common import errors
+from paddlecloud.common.internal_auth import Identity
+
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+# Names the kernel or a shell would read as something else.
+_FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+# What a "look-alike" may turn into under compatibility normalisation.
+_DANGEROUS_NFKC = ("/", "\\", "\x00")
+# Separators that no normalisation maps to '/', but that other systems' "best fit"
+# conversions do: division and fraction slashes, solidus and reverse-solidus variants.
+_SEPARATOR_LOOKALIKES = frozenset("\u2215\u2044\u29f8\u29f9\u29f5\u2216\uff0f\uff3c\ufe68")
+
+BAD_PATH = errors.ErrorKind("ERR_BAD_PATH", 400, "Bad PFS path")
+PATH_FORBIDDEN = errors.ErrorKind("ERR_PATH_FORBIDDEN", 403, "Not allowed on this path")
+PATH_NOT_FOUND = errors.ErrorKind("ERR_PATH_NOT_FOUND", 404, "No such file or directory")
+
+Area = Literal["home", "public"]
+
+
+@dataclass(frozen=True)
+class PfsPath:
+    """A parsed, normalised PFS path."""
+
+    datacenter: str
+    area: Area
+    owner: str | None  # the home's user; None for public
+    parts: tuple[str, ...]  # components beneath the area's root (the home or public)
+
+    @property
+    def text(self) -> str:
+        base = f"/pfs/{self.datacenter}/{self.area}"
+        if self.owner is not None:
+            base += f"/{self.owner}"
+        return "/".join((base, *self.parts))
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1] if self.parts else (self.owner or self.area)
+
+    @property
+    def is_area_root(self) -> bool:
+        return not self.parts
+
+    def parent(self) -> PfsPath:
+        return PfsPath(self.datacenter, self.area, self.owner, self.parts[:-1])
+
+    def child(self, name: str) -> PfsPath:
+        check_name(name, self.text)
+        return PfsPath(self.datacenter, self.area, self.owner, (*self.parts, name))
+
+    def relative(self) -> str:
+        """The path beneath the area's root, as openat2 takes it ('.' for the root)."""
+        return "/".join(self.parts) or "."
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def check_name(name: str, where: str) -> None:
+    """Refuse a path component that is empty, special, too long or a traversal in disguise."""
+    if name in ("", ".", ".."):
+        raise BAD_PATH(f"{where}: empty, '.' and '..' components are not allowed")
+    if _FORBIDDEN_CHARS.search(name):
+        raise BAD_PATH(f"{where}: control characters and backslashes are not allowed in names")
+    if _SEPARATOR_LOOKALIKES.intersection(name):
+        raise BAD_PATH(f"{where}: {name!r} contains a character that looks like a path separator")
+    if "\ufffd" in name:
+        raise BAD_PATH(f"{where}: the path is not valid UTF-8")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise BAD_PATH(f"{where}: a name may be at most {MAX_NAME_BYTES} bytes")
+    # Encoded or look-alike traversal: whatever another layer might decode this name to
+    # (percent-decoding, once or twice; Unicode compatibility forms such as fullwidth
+    # dots or a division slash) must still be a plain name.
+    candidates = {unquote(name), unquote(unquote(name)), unicodedata.normalize("NFKC", name)}
+    candidates |= {unicodedata.normalize("NFKC", c) for c in list(candidates)}
+    for candidate in candidates:
+        if candidate in (".", "..") or any(ch in candidate for ch in _DANGEROUS_NFKC):
+            raise BAD_PATH(f"{where}: {name!r} spells a path separator or traversal in disguise")
+
+
+def parse_path(text: str, datacenter: str) -> PfsPath:
+    """Parse an absolute PFS path; 400 for a malformed one, 404 for an unknown datacenter."""
+    if not isinstance(text, str) or not text:
+        raise BAD_PATH("a PFS path is required, such as /pfs/<datacenter>/home/<user>/file")
+    shown = text if len(text) <= 200 else text[:200] + "…"
+    if len(text.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
+        raise BAD_PATH(f"{shown}: a path may be at most {MAX_PATH_BYTES} bytes")
+    if not text.startswith("/pfs/"):
+        raise BAD_PATH(f"{shown}: PFS paths are absolute and start with /pfs/<datacenter>/")
+    # A trailing slash is harmless (`ls /pfs/dc/home/alice/`); empty middle components are not.
+    parts = text[len("/pfs/") :].removesuffix("/").split("/")
+    for part in parts:
+        check_name(part, shown)
+    dc, rest = parts[0], parts[1:]
+    if dc != datacenter:
+        raise PATH_NOT_FOUND(f"{shown}: there is no datacenter {dc!r} here (this is {datacenter!r})")
+    if not rest:
+        raise PATH_FORBIDDEN(f"{shown}: use /pfs/{dc}/home/<user> or /pfs/{dc}/public")
+    if rest[0] == "public":
+        return PfsPath(dc, "public", None, tuple(rest[1:]))
+    if rest[0] == "home":
+        if len(rest) < 2:
+            raise PATH_FORBIDDEN(f"{shown}: name a home, /pfs/{dc}/home/<user>")
+        return PfsPath(dc, "home", rest[1], tuple(rest[2:]))
+    raise PATH_NOT_FOUND(f"{shown}: only /pfs/{dc}/home/<user> and /pfs/{dc}/public exist")
+
+
+def authorize(path: PfsPath, identity: Identity, *, write: bool) -> None:
+    """Owners read and write their home; everyone reads public; admins do anything."""
+    if identity.admin:
+        return
+    if path.area == "public":
+        if write:
+            raise PATH_FORBIDDEN(f"{path}: /pfs/{path.datacenter}/public is read-only for users")
+        return
+    if path.owner != identity.user:
+        # Say as little as possible about other users' homes.
+        raise PATH_FORBIDDEN(
+            f"{path}: you may only use your own home, /pfs/{path.datacenter}/home/{identity.user}"
+        )
+
+
+# openat2(2) -------------------------------------------------------------------
+
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(os.uname().machine)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - every Linux has a libc
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def _openat2(dirfd: int, relative: str, flags: int, mode: int) -> int:
+    assert _LIBC is not None and _SYS_OPENAT2 is not None
+    how = _OpenHow(
+        flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+    )
+    fd = int(_LIBC.syscall(_SYS_OPENAT2, dirfd, relative.encode(), ctypes.byref(how), ctypes.sizeof(how)))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), relative)
+    return fd
+
+
+def _probe_openat2() -> bool:
+    if _LIBC is None or _SYS_OPENAT2 is None:
+        return False
+    root = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        os.close(_openat2(root, ".", os.O_PATH | os.O_DIRECTORY, 0))
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EPERM):  # old kernel, or a seccomp filter
+            return False
+        raise
+    finally:
+        os.close(root)
+
+
+def _walk_nofollow(dirfd: int, relative: str, flags: int, mode: int) -> int:
+    """The fallback: one component at a time, refusing every symlink (ELOOP), in or out."""
+    names = [] if relative == "." else relative.split("/")
+    current = os.dup(dirfd)
+    try:
+        for name in names[:-1]:
+            try:
+                nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
+            except NotADirectoryError:
+                if stat.S_ISLNK(os.stat(name, dir_fd=current, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
+                raise
+            os.close(current)
+            current = nxt
+        last = names[-1] if names else "."
+        fd = os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=current)
+        # With O_PATH, O_NOFOLLOW opens a final symlink itself instead of failing.
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative)
+        return fd
+    finally:
+        os.close(current)
+
+
+class Root:
+    """A datacenter's root directory: `home/<user>/`, `public/`, and `.uploads/` for staging."""
+
+    def __init__(self, root: Path, *, use_openat2: bool | None = None) -> None:
+        self.root = root
+        self.use_openat2 = _probe_openat2() if use_openat2 is None else use_openat2
+        for sub in ("home", "public", ".uploads"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+
+    def area_dir(self, path: PfsPath) -> Path:
+        return self.root / "public" if path.area == "public" else self.root / "home" / str(path.owner)
+
+    def ensure_home(self, user: str) -> None:
+        """Create a user's home on first use (their own writes, or an admin's)."""
+        check_name(user, f"home {user!r}")
+        home = self.root / "home" / user
+        if not home.is_dir():
+            home.mkdir(mode=0o755, exist_ok=True)
+
+    @contextmanager
+    def area_fd(self, path: PfsPath) -> Iterator[int]:
+        """An O_PATH descriptor of the area's root; 404 if a home does not exist yet."""
+        try:
+            fd = os.open(self.area_dir(path), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise PATH_NOT_FOUND(f"{path}: no such file or directory") from None
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def open(self, path: PfsPath, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+        """A descriptor for `path`, resolved beneath its area; OSError as the kernel says.
+
+        An escape (a symlink out of the area, or any symlink on the fallback) is
+        refused as PermissionError(EXDEV or ELOOP), never followed.
+        """
+        with self.area_fd(path) as base:
+            try:
+                if self.use_openat2:
+                    return _openat2(base, path.relative(), flags, mode)
+                return _walk_nofollow(base, path.relative(), flags, mode)
+            except OSError as exc:
+                if exc.errno in (errno.EXDEV, errno.ELOOP):
+                    raise PermissionError(exc.errno, "the path leads outside its area", path.text) from None
+                raise
+
+    @contextmanager
+    def parent_fd(self, path: PfsPath) -> Iterator[tuple[int, str]]:
+        """The directory holding `path`, opened beneath the area, and `path`'s own name.
+
+        Creating, renaming and removing go through `*at` calls on this pair, so the last
+        component is never resolved through a symlink.
+        """
+        if path.is_area_root:
+            raise PATH_FORBIDDEN(f"{path}: the root of a home or of public cannot be changed itself")
+        fd = self.open(path.parent(), os.O_PATH | os.O_DIRECTORY)
+        try:
+            yield fd, path.parts[-1]
+        finally:
+            os.close(fd)
+
+    def lstat(self, path: PfsPath) -> os.stat_result:
+        if path.is_area_root:
+            with self.area_fd(path) as fd:
+                return os.fstat(fd)
+        with self.parent_fd(path) as (fd, name):
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+
+
+def kind(st: os.stat_result) -> str:
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    return "other"
+
+
+def problem_for(exc: OSError, path: PfsPath | str) -> errors.ProblemError:
+    """The client's view of a filesystem error on `path`.
+
+    Errors that are not the client's to see (EIO, EBADF: a fault here or in the storage)
+    are raised again, to be logged and answered with a bare 500.
+    """
+    if isinstance(exc, PermissionError) and exc.errno in (errno.EXDEV, errno.ELOOP):
+        return PATH_FORBIDDEN(f"{path}: the path leads outside its area (through a symlink)")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return PATH_NOT_FOUND(f"{path}: no such file or directory")
+    if exc.errno == errno.EEXIST:
+        return errors.ALREADY_EXISTS(f"{path}: already exists")
+    if exc.errno == errno.EISDIR:
+        return errors.CONFLICT(f"{path}: is a directory")
+    if exc.errno == errno.ENOTEMPTY:
+        return errors.CONFLICT(f"{path}: the directory is not empty (remove it recursively)")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return STORAGE_FULL(f"{path}: the filesystem is full; nothing was written")
+    if exc.errno == errno.ENAMETOOLONG:
+        return BAD_PATH(f"{path}: name too long")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return PATH_FORBIDDEN(f"{path}: the filesystem refused access")
+    raise exc
+
+
+STORAGE_FULL = errors.ErrorKind("ERR_STORAGE_FULL", 507, "Insufficient storage")
