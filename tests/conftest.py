@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator
 
 import pytest
@@ -37,3 +38,12 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.section("figures")
         for line in _FIGURES:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def remove_tmp_path_after(tmp_path):
+    """For tests that build trees deeper than Python's recursion limit: pytest's own clean-up
+    of old temporary directories walks them recursively and would crash a later run, so the
+    test's directory is removed right after it with `rm -rf`, which walks iteratively."""
+    yield
+    subprocess.run(["rm", "-rf", str(tmp_path)], check=True)

@@ -22,6 +22,31 @@ from paddlecloud.common.web import create_base_app
 INTERNAL_SECRET = "test-internal-secret-0123456789abcdef"
 ADMIN_PASSWORD = "admin-password-for-tests"
 
+# Every spelling of leaving /pfs/dc1/home/alice that PFS must refuse as a bad path (400),
+# shared by the path parser's unit tests and the endpoints' traversal suite.
+PFS_TRAVERSALS = [
+    "/pfs/dc1/home/alice/../bob/x",
+    "/pfs/dc1/home/alice/./x",
+    "/pfs/dc1/home/alice//x",
+    "/pfs/dc1/home/alice/%2e%2e/bob",
+    "/pfs/dc1/home/alice/%2E%2E%2Fbob",
+    "/pfs/dc1/home/alice/%252e%252e/bob",
+    "/pfs/dc1/home/alice/..%2fbob",
+    "/pfs/dc1/home/alice/..\\bob",
+    "/pfs/dc1/home/alice/\u2025",  # two dot leader
+    "/pfs/dc1/home/alice/\uff0e\uff0e/bob",  # fullwidth full stops
+    "/pfs/dc1/home/alice/a\u2215..",  # division slash
+    "/pfs/dc1/home/alice/a\uff0fb",  # fullwidth solidus
+    "/pfs/dc1/home/alice/\ufffd\ufffd",  # what overlong UTF-8 (%c0%ae) decodes to
+    "/pfs/dc1/home/alice/x\x00y",
+    "/pfs/dc1/home/alice/x\ny",
+    "/pfs/dc1/home/alice/" + "a" * 256,
+    "/pfs/dc1/home/alice/" + "/".join(["abcdefgh"] * 600),
+    "pfs/dc1/home/alice/x",
+    "/etc/passwd",
+    "",
+]
+
 
 def config_dict(tmp_path: Path, **sections: dict[str, Any]) -> dict[str, Any]:
     """A server config whose state all lives under `tmp_path`."""

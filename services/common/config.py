@@ -53,6 +53,11 @@ class PfsSection(ServiceSection):
     port: int = Field(8082, ge=0, le=65535)
     root: Path = DEFAULT_DATA_DIR / "pfs"
     datacenter: str = "datacenter1"
+    # tus uploads: the largest one (Tus-Max-Size), how long an unfinished one is kept after
+    # its last write, and the longest silence tolerated within one PATCH body.
+    max_upload_size: int = Field(2**40, gt=0)
+    upload_expiry_seconds: int = Field(24 * 3600, gt=0)
+    upload_read_timeout: float = Field(60.0, gt=0)
 
 
 class BuilderSection(ServiceSection):

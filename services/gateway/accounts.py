@@ -55,8 +55,8 @@ class Accounts:
         self._ttl = token_ttl
         self._hasher = PasswordHasher()
         # Verified against when the user does not exist, so that a missing user and a
-        # wrong password take the same time.
-        self._dummy_hash = self._hasher.hash(secrets.token_hex(16))
+        # wrong password take the same time; made on first need, off the event loop.
+        self._dummy_hash: str | None = None
         self._sessions: OrderedDict[str, tuple[float, Session]] = OrderedDict()
 
     async def hash_password(self, password: str) -> str:
@@ -75,7 +75,9 @@ class Accounts:
     async def login(self, username: str, password: str) -> tuple[str, Token, User]:
         """A new token for the user, or LoginFailed."""
         user = await self._store.get_user(username)
-        ok = await self._verify(user.password_hash if user else self._dummy_hash, password)
+        if user is None and self._dummy_hash is None:
+            self._dummy_hash = await self.hash_password(secrets.token_hex(16))
+        ok = await self._verify(user.password_hash if user else self._dummy_hash or "", password)
         if user is None or not ok:
             log.info("login_failed", username=username)
             raise LoginFailed

@@ -114,10 +114,19 @@ class Upstream:
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
         drop = _DROP_RESPONSE | _listed_in_connection(upstream.headers)
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for key, value in upstream.headers.items():
-            if key.lower() not in drop:
-                response.headers.add(key, value)
+        headers = CIMultiDict((k, v) for k, v in upstream.headers.items() if k.lower() not in drop)
+        length = upstream.content_length
+        if length is not None and length <= SMALL_BODY and request.method != "HEAD":
+            # Most API answers are small: relayed whole, the status line, headers and
+            # body leave in one write instead of three.
+            try:
+                body = await upstream.read()
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                log.warning("upstream_failed", upstream=self.name, error=repr(exc))
+                raise errors.UPSTREAM_UNREACHABLE(f"The {self.name} service dropped the connection.") from exc
+            del headers["Content-Length"]
+            return web.Response(status=upstream.status, reason=upstream.reason, body=body, headers=headers)
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         await response.prepare(request)
         try:
             async for chunk in upstream.content.iter_any():

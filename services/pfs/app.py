@@ -12,6 +12,7 @@ from paddlecloud.common.keys import READINESS_CHECKS
 from paddlecloud.common.store import Store
 from paddlecloud.common.web import create_base_app, use_store
 
+from . import files, uploads
 from .keys import DATACENTER, ROOT, USAGE
 from .paths import Root
 from .usage import Usage
@@ -26,12 +27,12 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
     app = create_base_app(config, "pfs")
     app[DATACENTER] = config.pfs.datacenter
     app.cleanup_ctx.append(_resources(config, store))
+    files.add_routes(app)
+    uploads.setup(app)
     return app
 
 
-def _resources(
-    config: Config, given_store: Store | None
-) -> Callable[[web.Application], AsyncIterator[None]]:
+def _resources(config: Config, given_store: Store | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         root = Root(config.pfs.root.expanduser().resolve())
         app[ROOT] = root

@@ -89,7 +89,8 @@ def check_name(name: str, where: str) -> None:
         raise BAD_PATH(f"{where}: control characters and backslashes are not allowed in names")
     if _SEPARATOR_LOOKALIKES.intersection(name):
         raise BAD_PATH(f"{where}: {name!r} contains a character that looks like a path separator")
-    if "\ufffd" in name:
+    if "\ufffd" in name or not _encodes(name):
+        # A lone surrogate (JSON may spell one as "\udc80") is no UTF-8 name either.
         raise BAD_PATH(f"{where}: the path is not valid UTF-8")
     if len(name.encode()) > MAX_NAME_BYTES:
         raise BAD_PATH(f"{where}: a name may be at most {MAX_NAME_BYTES} bytes")
@@ -101,6 +102,14 @@ def check_name(name: str, where: str) -> None:
     for candidate in candidates:
         if candidate in (".", "..") or any(ch in candidate for ch in _DANGEROUS_NFKC):
             raise BAD_PATH(f"{where}: {name!r} spells a path separator or traversal in disguise")
+
+
+def _encodes(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_path(text: str, datacenter: str) -> PfsPath:
@@ -208,7 +217,13 @@ def _walk_nofollow(dirfd: int, relative: str, flags: int, mode: int) -> int:
             os.close(current)
             current = nxt
         last = names[-1] if names else "."
-        fd = os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=current)
+        try:
+            fd = os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=current)
+        except NotADirectoryError:
+            # O_DIRECTORY on a final symlink: a symlink, as above, not a missing directory.
+            if stat.S_ISLNK(os.stat(last, dir_fd=current, follow_symlinks=False).st_mode):
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
+            raise
         # With O_PATH, O_NOFOLLOW opens a final symlink itself instead of failing.
         if stat.S_ISLNK(os.fstat(fd).st_mode):
             os.close(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 import time
@@ -21,23 +22,35 @@ class HomeUsage:
     files: int
 
 
-def _walk(dirfd: int) -> HomeUsage:
-    """Sum regular files' allocated sizes beneath `dirfd`, never following symlinks."""
+def _walk(top: int) -> HomeUsage:
+    """Sum regular files' sizes (st_size) beneath the directory `top`, never following symlinks.
+
+    Iterative, with one open descriptor per directory on the stack, so trees thousands of
+    levels deep (which `mkdir -p` of a 4 KiB path can make) are measured, not a crash.
+    """
     total, files = 0, 0
-    with os.scandir(dirfd) as entries:
-        for entry in entries:
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-                files += 1
-            elif stat.S_ISDIR(st.st_mode):
-                child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dirfd)
-                try:
-                    sub = _walk(child)
-                finally:
-                    os.close(child)
-                total += sub.bytes
-                files += sub.files
+    stack = [os.dup(top)]
+    try:
+        while stack:
+            dirfd = stack.pop()
+            try:
+                with os.scandir(dirfd) as entries:
+                    for entry in entries:
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            total += st.st_size
+                            files += 1
+                        elif stat.S_ISDIR(st.st_mode):
+                            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                            try:
+                                stack.append(os.open(entry.name, flags, dir_fd=dirfd))
+                            except FileNotFoundError:
+                                pass  # removed while we walked
+            finally:
+                os.close(dirfd)
+    finally:
+        for fd in stack:
+            os.close(fd)
     return HomeUsage(total, files)
 
 
@@ -64,9 +77,13 @@ class Usage:
     @staticmethod
     def _measure(home: os.PathLike[str]) -> HomeUsage:
         try:
-            fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except FileNotFoundError:
+            fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             return HomeUsage(0, 0)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a home replaced by a symlink holds nothing of its own
+                return HomeUsage(0, 0)
+            raise
         try:
             return _walk(fd)
         finally:

@@ -410,3 +410,33 @@ async def test_cookies_from_a_service_are_not_shared_between_callers(
     client.session.cookie_jar.clear()
     seen = await (await client.get("/api/v1/jobs/echo", headers=headers)).json()
     assert "cookie" not in {k.lower() for k in seen["headers"]}
+
+
+async def test_small_and_empty_answers_are_relayed_exactly(tmp_path, aiohttp_server, aiohttp_client) -> None:
+    base = make_config(tmp_path)
+    app = create_upstream_app(base, "jobs")
+
+    async def created(_request: web.Request) -> web.Response:
+        return web.Response(
+            status=201, body=b"\x00raw\xff", headers={"X-Thing": "kept", "Content-Type": "x/y"}
+        )
+
+    async def empty(_request: web.Request) -> web.Response:
+        return web.Response(status=204, headers={"X-Thing": "also-kept"})
+
+    app.router.add_get("/api/v1/jobs/created", created)
+    app.router.add_get("/api/v1/jobs/empty", empty)
+    jobs = await aiohttp_server(app)
+    config = make_config(tmp_path, gateway={"jobs_url": str(jobs.make_url(""))})
+    client = await aiohttp_client(create_app(config))
+    login = await client.post("/api/v1/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
+    headers = {"Authorization": f"Bearer {(await login.json())['token']}"}
+    resp = await client.get("/api/v1/jobs/created", headers=headers)
+    assert (resp.status, await resp.read()) == (201, b"\x00raw\xff")
+    assert (resp.headers["X-Thing"], resp.headers["Content-Type"], resp.headers["Content-Length"]) == (
+        "kept",
+        "x/y",
+        "5",
+    )
+    resp = await client.get("/api/v1/jobs/empty", headers=headers)
+    assert (resp.status, await resp.read(), resp.headers["X-Thing"]) == (204, b"", "also-kept")

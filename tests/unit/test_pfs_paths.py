@@ -9,32 +9,12 @@ import pytest
 from paddlecloud.common.errors import ProblemError
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.pfs.paths import Root, authorize, parse_path
+from support import PFS_TRAVERSALS
 
 DC = "dc1"
 ALICE = Identity("alice")
 
-TRAVERSALS = [
-    "/pfs/dc1/home/alice/../bob/x",
-    "/pfs/dc1/home/alice/./x",
-    "/pfs/dc1/home/alice//x",
-    "/pfs/dc1/home/alice/%2e%2e/bob",
-    "/pfs/dc1/home/alice/%2E%2E%2Fbob",
-    "/pfs/dc1/home/alice/%252e%252e/bob",
-    "/pfs/dc1/home/alice/..%2fbob",
-    "/pfs/dc1/home/alice/..\\bob",
-    "/pfs/dc1/home/alice/\u2025",  # two dot leader
-    "/pfs/dc1/home/alice/\uff0e\uff0e/bob",  # fullwidth full stops
-    "/pfs/dc1/home/alice/a\u2215..",  # division slash
-    "/pfs/dc1/home/alice/a\uff0fb",  # fullwidth solidus
-    "/pfs/dc1/home/alice/\ufffd\ufffd",  # what overlong UTF-8 (%c0%ae) decodes to
-    "/pfs/dc1/home/alice/x\x00y",
-    "/pfs/dc1/home/alice/x\ny",
-    "/pfs/dc1/home/alice/" + "a" * 256,
-    "/pfs/dc1/home/alice/" + "/".join(["abcdefgh"] * 600),
-    "pfs/dc1/home/alice/x",
-    "/etc/passwd",
-    "",
-]
+TRAVERSALS = PFS_TRAVERSALS
 
 
 @pytest.mark.parametrize("text", TRAVERSALS)
@@ -115,3 +95,28 @@ def test_missing_home_is_not_found(root: Root) -> None:
     with pytest.raises(ProblemError) as info:
         root.open(parse_path("/pfs/dc1/home/carol/x", DC))
     assert info.value.kind.status == 404
+
+
+@pytest.mark.usefixtures("remove_tmp_path_after")
+def test_usage_walks_deep_trees_and_ignores_symlinks(tmp_path) -> None:
+    from paddlecloud.pfs.usage import Usage
+
+    root = Root(tmp_path / "pfs")
+    root.ensure_home("deep")
+    home = tmp_path / "pfs" / "home" / "deep"
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1500):  # deeper than Python's recursion limit allows a recursive walk
+            os.mkdir("d", dir_fd=fd)
+            nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(leaf, b"12345")
+        os.close(leaf)
+    finally:
+        os.close(fd)
+    (home / "top").write_bytes(b"x" * 100)
+    os.symlink("/etc/passwd", home / "link")
+    usage = Usage._measure(home)
+    assert (usage.bytes, usage.files) == (105, 2)

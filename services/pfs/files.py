@@ -1,0 +1,709 @@
+"""PFS's file endpoints (docs/pfs.md): download, ls, stat, mkdir, mv, rm and usage.
+
+Every path is parsed, authorised and then resolved beneath its area by `paths.Root`;
+changes go through `*at` calls on the parent's descriptor, so a symlink is never
+followed out of a home, and nothing here builds a host path from a string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import stat
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from email.utils import formatdate, parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict
+
+from paddlecloud.common import errors
+from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.keys import IDENTITY, REQUEST_ID, STORE
+from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
+
+from .fsops import remember_sha256, remembered_sha256, rename_noreplace
+from .keys import DATACENTER, ROOT, USAGE
+from .paths import (
+    PATH_FORBIDDEN,
+    PATH_NOT_FOUND,
+    PfsPath,
+    Root,
+    authorize,
+    check_name,
+    kind,
+    parse_path,
+    problem_for,
+)
+
+log = structlog.get_logger()
+
+PREFIX = "/api/v1/pfs"
+# Read size for downloads and hashing: large enough to keep a disk busy, small enough
+# that a few hundred downloads at once stay within a few hundred MiB.
+CHUNK = 256 * 1024
+HASH_CHUNK = 1024 * 1024
+# Hashing a large file holds a worker thread for minutes; cap how many do so at once so
+# downloads and listings (which share asyncio's default executor) are never starved.
+HASH_CONCURRENCY = 4
+# The uploads service records a completed file's sha256 here (JSON: sha256, size, mtime_ns).
+
+RANGE_NOT_SATISFIABLE = errors.ErrorKind("ERR_RANGE_NOT_SATISFIABLE", 416, "Range not satisfiable")
+# Belongs with the pfs service's other keys; kept here while keys.py is someone else's file.
+HASH_SLOTS = web.AppKey("pfs_hash_slots", asyncio.Semaphore)
+
+
+def add_routes(app: web.Application) -> None:
+    """The non-upload endpoints of docs/pfs.md, under /api/v1/pfs."""
+    app[HASH_SLOTS] = asyncio.Semaphore(HASH_CONCURRENCY)
+    r = app.router
+    r.add_get(f"{PREFIX}/files", get_file)  # and HEAD
+    r.add_delete(f"{PREFIX}/files", delete_file)
+    r.add_get(f"{PREFIX}/ls", list_path)
+    r.add_get(f"{PREFIX}/stat", stat_path)
+    r.add_post(f"{PREFIX}/mkdir", make_dir)
+    r.add_post(f"{PREFIX}/mv", move)
+    r.add_get(f"{PREFIX}/usage", usage)
+
+
+# Parsing --------------------------------------------------------------------------
+
+
+class MkdirBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    path: str
+    parents: bool = False
+
+
+class MoveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    src: str
+    dst: str
+    overwrite: bool = False
+
+
+def _query(request: web.Request, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str]:
+    """The query as exactly the parameters this endpoint takes, each at most once; else 400."""
+    problems = []
+    allowed = (*required, *optional)
+    for key in dict.fromkeys(request.query.keys()):
+        if key not in allowed:
+            takes = ", ".join(allowed) or "none: the request is its JSON body"
+            message = f"unknown query parameter (this call takes {takes})"
+            problems.append({"field": key[:100], "message": message})
+        elif len(request.query.getall(key)) > 1:
+            problems.append({"field": key, "message": "given more than once"})
+    for key in required:
+        if key not in request.query:
+            problems.append({"field": key, "message": "required"})
+    if problems:
+        summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        raise errors.BAD_REQUEST(summary, errors=problems)
+    return {key: request.query[key] for key in allowed if key in request.query}
+
+
+def _flag(query: dict[str, str], name: str) -> bool:
+    value = query.get(name, "0")
+    if value in ("1", "true"):
+        return True
+    if value in ("0", "false"):
+        return False
+    message = f"must be 1, 0, true or false, not {value[:40]!r}"
+    raise errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
+
+
+def _resolve(request: web.Request, text: str, *, write: bool) -> PfsPath:
+    path = parse_path(text, request.app[DATACENTER])
+    authorize(path, request[IDENTITY], write=write)
+    return path
+
+
+def _prepare_write(root: Root, path: PfsPath) -> None:
+    """A user's home appears on their first write; `authorize` let only its owner or an admin here."""
+    if path.area == "home" and path.owner is not None:
+        with _fs(path):
+            root.ensure_home(path.owner)
+
+
+@contextlib.contextmanager
+def _fs(path: PfsPath | str) -> Iterator[None]:
+    """Filesystem errors as the client should see them (`paths.problem_for`)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not isinstance(exc, PermissionError):
+            # Our own O_NOFOLLOW met a symlink swapped in since we looked.
+            raise PATH_FORBIDDEN(f"{path}: is a symlink, which this call does not follow") from exc
+        raise problem_for(exc, path) from exc
+
+
+# Entries --------------------------------------------------------------------------
+
+
+def _mtime(ns: int) -> str:
+    seconds, rest = divmod(ns, 10**9)
+    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000)
+    return moment.isoformat(timespec="microseconds")
+
+
+def _entry(text: str, name: str, st: os.stat_result, target: str | None = None) -> dict[str, Any]:
+    what = kind(st)
+    entry: dict[str, Any] = {
+        "path": text,
+        "name": name,
+        "type": what,
+        "size": st.st_size if what == "file" else 0,
+        "mtime": _mtime(st.st_mtime_ns),
+        "mode": format(stat.S_IMODE(st.st_mode), "04o"),
+    }
+    if target is not None:
+        entry["target"] = target
+    return entry
+
+
+def _lstat_entry(root: Root, path: PfsPath) -> dict[str, Any]:
+    """`path`'s entry, describing a symlink rather than what it points to."""
+    if path.is_area_root:
+        return _entry(path.text, path.name, root.lstat(path))
+    with root.parent_fd(path) as (fd, name):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+    return _entry(path.text, path.name, st, target)
+
+
+def _read_dir(fd: int, text: str) -> list[tuple[dict[str, Any], str | None]]:
+    """The entries of the directory open at `fd`, each with its name if it is a directory."""
+    found = []
+    with os.scandir(fd) as it:
+        for item in it:
+            try:
+                st = item.stat(follow_symlinks=False)
+                target = os.readlink(item.name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+            except FileNotFoundError:
+                continue  # removed while we read
+            # Names come from the disk (a job may have made any name): shown, not re-validated.
+            entry = _entry(f"{text}/{item.name}", item.name, st, target)
+            found.append((entry, item.name if stat.S_ISDIR(st.st_mode) else None))
+    return found
+
+
+def _walk(fd: int, text: str, recursive: bool) -> list[dict[str, Any]]:
+    """Every entry beneath the directory open at `fd` (which this closes), never following symlinks.
+
+    Depth-first with one descriptor per level, each directory opened from its parent's
+    descriptor with O_NOFOLLOW, so a symlink swapped in mid-walk is not entered.
+    """
+    out: list[dict[str, Any]] = []
+    stack: list[tuple[int, Iterator[tuple[dict[str, Any], str | None]]]] = []
+    stack.append((fd, iter(())))
+    try:
+        stack[-1] = (fd, iter(_read_dir(fd, text)))
+        while stack:
+            parent, pending = stack[-1]
+            for entry, subdir in pending:
+                out.append(entry)
+                if not (recursive and subdir):
+                    continue
+                try:
+                    child = os.open(
+                        subdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
+                    )
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone, or replaced, since we read its parent
+                except OSError as exc:
+                    if exc.errno == errno.ELOOP:
+                        continue
+                    raise
+                # On the stack before it is read, so the finally below closes it on any error.
+                stack.append((child, iter(())))
+                stack[-1] = (child, iter(_read_dir(child, entry["path"])))
+                break
+            else:
+                os.close(parent)
+                stack.pop()
+    finally:
+        for opened, _ in stack:
+            os.close(opened)
+    out.sort(key=lambda e: e["path"])
+    return out
+
+
+def _list(root: Root, path: PfsPath, recursive: bool) -> list[dict[str, Any]]:
+    if path.is_area_root:
+        fd = root.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        return _walk(fd, path.text, recursive)
+    with root.parent_fd(path) as (parent, name):
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            # A file's listing is that file; a symlink's is the link itself, never its target.
+            target = os.readlink(name, dir_fd=parent) if stat.S_ISLNK(st.st_mode) else None
+            return [_entry(path.text, path.name, st, target)]
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    return _walk(fd, path.text, recursive)
+
+
+async def _listing(request: web.Request, path: PfsPath, recursive: bool) -> web.Response:
+    root = request.app[ROOT]
+    try:
+        with _fs(path):
+            entries = await asyncio.to_thread(_list, root, path, recursive)
+    except errors.ProblemError as exc:
+        # Your own home exists for you before your first write; it is simply empty.
+        if not (exc.kind is PATH_NOT_FOUND and _is_own_home(path, request[IDENTITY])):
+            raise
+        entries = []
+    return json_response({"path": path.text, "entries": entries})
+
+
+def _is_own_home(path: PfsPath, identity: Identity) -> bool:
+    return path.area == "home" and path.is_area_root and path.owner == identity.user
+
+
+# Downloads ------------------------------------------------------------------------
+
+
+async def get_file(request: web.Request) -> web.StreamResponse:
+    """GET/HEAD files: a file's bytes (ranges, validators), or a directory's listing."""
+    query = _query(request, ("path",))
+    path = _resolve(request, query["path"], write=False)
+    root = request.app[ROOT]
+    try:
+        with _fs(path):
+            # O_NONBLOCK: opening a FIFO a job left behind must not wait for a writer.
+            fd = root.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except errors.ProblemError as exc:
+        if exc.kind is PATH_NOT_FOUND and _is_own_home(path, request[IDENTITY]):
+            return await _listing(request, path, recursive=False)
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            os.close(fd)
+            fd = -1
+            return await _listing(request, path, recursive=False)
+        if not stat.S_ISREG(st.st_mode):
+            raise errors.CONFLICT(f"{path}: is neither a regular file nor a directory")
+        return await _serve(request, path, fd, st)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+async def _serve(request: web.Request, path: PfsPath, fd: int, st: os.stat_result) -> web.StreamResponse:
+    """Stream `fd` (opened beneath the root) with HTTP's validators and one byte range.
+
+    FileResponse takes a path, and a path would be resolved again, outside our checks;
+    so this streams the descriptor itself with pread, each read off the event loop.
+    """
+    size = st.st_size
+    modified = st.st_mtime_ns // 10**9
+    etag = f'"{size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"'
+    headers = {
+        "ETag": etag,
+        "Last-Modified": formatdate(modified, usegmt=True),
+        "Accept-Ranges": "bytes",
+        # Per user: no shared cache may keep it, and clients revalidate with the ETag.
+        "Cache-Control": "private, no-cache",
+        REQUEST_ID_HEADER: request[REQUEST_ID],
+    }
+    if _not_modified(request, etag, modified):
+        return web.Response(status=304, headers=headers)
+
+    status, start, length = 200, 0, size
+    range_header = request.headers.get("Range")
+    if range_header is not None and _if_range_holds(request.headers.get("If-Range"), etag, modified):
+        span = _parse_range(range_header, size)
+        if span is not None:
+            first, last = span
+            status, start, length = 206, first, last - first + 1
+            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+
+    response = web.StreamResponse(status=status, headers=headers)
+    response.content_type = "application/octet-stream"
+    response.content_length = length
+    # User content is data, never a page for a browser to render or sniff.
+    response.headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(path.name, safe='')}"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    await response.prepare(request)
+    if request.method == "HEAD":
+        await response.write_eof()
+        return response
+    offset, end = start, start + length
+    try:
+        while offset < end:
+            chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, end - offset), offset)
+            if not chunk:
+                # Truncated while we sent it: the length is promised, so cut the
+                # connection rather than let a short body look complete.
+                log.warning("download_truncated", path=path.text, sent=offset - start, promised=length)
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            await response.write(chunk)
+            offset += len(chunk)
+    except ConnectionResetError:
+        log.info("client_disconnected", path=path.text, sent=offset - start)
+        return response
+    await response.write_eof()
+    return response
+
+
+_ETAG = re.compile(r'(?:W/)?"[^"]*"')
+
+
+def _not_modified(request: web.Request, etag: str, modified: int) -> bool:
+    """If-None-Match (weak comparison), else If-Modified-Since (RFC 9110 §13.2.2)."""
+    none_match = request.headers.get("If-None-Match")
+    if none_match is not None:
+        if none_match.strip() == "*":
+            return True
+        return any(tag.removeprefix("W/") == etag for tag in _ETAG.findall(none_match))
+    since = _http_date(request.headers.get("If-Modified-Since"))
+    return since is not None and since <= time.time() and modified <= since
+
+
+def _if_range_holds(value: str | None, etag: str, modified: int) -> bool:
+    """Whether a Range applies: no If-Range, or one naming exactly this version (strongly)."""
+    if value is None:
+        return True
+    value = value.strip()
+    if value.startswith('"'):
+        return value == etag
+    if value.startswith("W/"):
+        return False  # weak tags never match in If-Range
+    return _http_date(value) == modified
+
+
+def _http_date(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        moment = parsedate_to_datetime(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+_BYTES_UNIT = re.compile(r"\s*bytes\s*=(.*)", re.IGNORECASE | re.DOTALL)
+# Bounded digits: a position of 20 digits is already past any file, and Python's int()
+# refuses very long strings with an error we would not want to turn into a 500.
+_RANGE_SPEC = re.compile(r"([0-9]{1,20})-([0-9]{0,20})|-([0-9]{1,20})")
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """The one byte range asked for, as (first, last); None to send the whole file; 416 otherwise."""
+    unit = _BYTES_UNIT.fullmatch(header)
+    if unit is None:
+        return None  # RFC 9110 §14.2: a range unit we do not know is ignored
+    specs = [spec.strip() for spec in unit[1].split(",") if spec.strip()]
+
+    def unsatisfiable(why: str) -> errors.ProblemError:
+        return RANGE_NOT_SATISFIABLE(
+            f"Range {header[:100]!r}: {why} (the file has {size} bytes)",
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+
+    if len(specs) != 1:
+        raise unsatisfiable("exactly one range is served per request")
+    match = _RANGE_SPEC.fullmatch(specs[0])
+    if match is None:
+        raise unsatisfiable("not a byte range")
+    if match[3] is not None:
+        suffix = int(match[3])
+        if suffix == 0:
+            raise unsatisfiable("an empty suffix range")
+        if size == 0:
+            return None  # the last N bytes of nothing: the whole (empty) file
+        return max(0, size - suffix), size - 1
+    first = int(match[1])
+    last = int(match[2]) if match[2] else size - 1
+    if last < first:
+        raise unsatisfiable("the range ends before it starts")
+    if first >= size:
+        raise unsatisfiable("the range starts at or after the end")
+    return first, min(last, size - 1)
+
+
+# Listing and stat -----------------------------------------------------------------
+
+
+async def list_path(request: web.Request) -> web.Response:
+    """GET ls: a directory's entries (every descendant with recursive=1), or a file itself."""
+    query = _query(request, ("path",), ("recursive",))
+    recursive = _flag(query, "recursive")
+    path = _resolve(request, query["path"], write=False)
+    return await _listing(request, path, recursive)
+
+
+async def stat_path(request: web.Request) -> web.Response:
+    """GET stat: one entry; with checksum=sha256 a file's also carries its sha256."""
+    query = _query(request, ("path",), ("checksum",))
+    checksum = query.get("checksum")
+    if checksum is not None and checksum != "sha256":
+        message = f"only sha256 is offered, not {checksum[:40]!r}"
+        raise errors.BAD_REQUEST(f"checksum: {message}", errors=[{"field": "checksum", "message": message}])
+    path = _resolve(request, query["path"], write=False)
+    root = request.app[ROOT]
+    with _fs(path):
+        entry = _lstat_entry(root, path)
+        if checksum is None or entry["type"] != "file":
+            return json_response(entry)
+        # First the cheap way: what the upload (or an earlier stat) remembered.
+        found = _file_sha256(root, path, compute=False)
+        if found is not None and found[1] is None:
+            async with request.app[HASH_SLOTS]:
+                found = await asyncio.to_thread(_file_sha256, root, path, compute=True)
+    if found is None:  # no longer a regular file: it changed under us
+        return json_response(entry)
+    st, digest = found
+    return json_response({**_entry(path.text, path.name, st), "sha256": digest})
+
+
+def _file_sha256(root: Root, path: PfsPath, *, compute: bool) -> tuple[os.stat_result, str | None] | None:
+    """The file's stat and sha256 (remembered, or computed if `compute`); None if not a file.
+
+    The descriptor is opened and closed here, in the thread that reads it.
+    """
+    with root.parent_fd(path) as (parent, name):
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        remembered = remembered_sha256(fd, st)
+        if remembered is not None or not compute:
+            return st, remembered
+        digest = hashlib.sha256()
+        while block := os.read(fd, HASH_CHUNK):
+            digest.update(block)
+        after = os.fstat(fd)
+        if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+            raise errors.CONFLICT(f"{path}: the file changed while it was being hashed; try again")
+        hexdigest = digest.hexdigest()
+        remember_sha256(fd, hexdigest, st)
+        return st, hexdigest
+    finally:
+        os.close(fd)
+
+
+# Changes --------------------------------------------------------------------------
+
+
+async def make_dir(request: web.Request) -> web.Response:
+    """POST mkdir: 201 with the new directory's entry; 200 if it existed and `parents` is set."""
+    _query(request, ())  # everything is in the body
+    body = await parse_body(request, MkdirBody)
+    path = _resolve(request, body.path, write=True)
+    root = request.app[ROOT]
+    _prepare_write(root, path)
+    with _fs(path):
+        created, entry = await asyncio.to_thread(_mkdir, root, path, body.parents)
+    if created:
+        log.info("pfs_mkdir", path=path.text)
+    return json_response(entry, status=201 if created else 200)
+
+
+def _mkdir(root: Root, path: PfsPath, parents: bool) -> tuple[bool, dict[str, Any]]:
+    if path.is_area_root:
+        if not parents:
+            raise errors.ALREADY_EXISTS(f"{path}: already exists")
+        return False, _lstat_entry(root, path)
+    steps = [
+        PfsPath(path.datacenter, path.area, path.owner, path.parts[:n]) for n in range(1, len(path.parts) + 1)
+    ]
+    created = False
+    for step in steps if parents else [path]:
+        with root.parent_fd(step) as (parent, name):
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+                created = step == path
+            except FileExistsError:
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode):
+                    # A symlink counts as in the way too: mkdir -p does not follow it.
+                    raise errors.CONFLICT(f"{step}: a {kind(st)} is in the way") from None
+                if not parents:
+                    raise errors.ALREADY_EXISTS(f"{path}: already exists") from None
+    return created, _lstat_entry(root, path)
+
+
+async def delete_file(request: web.Request) -> web.Response:
+    """DELETE files: 204; a directory with content needs recursive=1."""
+    query = _query(request, ("path",), ("recursive",))
+    recursive = _flag(query, "recursive")
+    path = _resolve(request, query["path"], write=True)
+    if path.is_area_root:
+        raise PATH_FORBIDDEN(f"{path}: the root of a home or of public cannot be removed")
+    root = request.app[ROOT]
+    try:
+        with _fs(path):
+            await asyncio.to_thread(_remove, root, path, recursive)
+    finally:
+        # Even a recursive removal that failed halfway removed something.
+        _forget_usage(request, path)
+    log.info("pfs_removed", path=path.text, recursive=recursive)
+    return web.Response(status=204)
+
+
+def _remove(root: Root, path: PfsPath, recursive: bool) -> None:
+    with root.parent_fd(path) as (parent, name):
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=parent)  # a symlink goes, never what it points to
+        elif recursive:
+            _rmtree(parent, name)
+        else:
+            os.rmdir(name, dir_fd=parent)
+
+
+def _rmtree(parent: int, name: str) -> None:
+    """`rm -r` of the directory `name` in `parent`, never following a symlink, at any depth.
+
+    Like shutil.rmtree(dir_fd=...) it works on descriptors, each directory opened from
+    its parent's with O_NOFOLLOW, so a symlink planted before or during is removed, never
+    entered. Unlike it on Python 3.11 it does not recurse: a tree made by `mkdir -p` of
+    a 4 KiB path (2,000 levels) would raise RecursionError there.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    # Each level: (its parent's fd, its name, its own fd, what remains of its listing).
+    stack: list[tuple[int, str, int, Iterator[tuple[str, bool]]]] = []
+    try:
+        fd = os.open(name, flags, dir_fd=parent)
+        stack.append((parent, name, fd, iter(())))
+        stack[-1] = (parent, name, fd, iter(_names(fd)))
+        while stack:
+            up, here, fd, pending = stack[-1]
+            for child, is_dir in pending:
+                if is_dir:
+                    try:
+                        child_fd = os.open(child, flags, dir_fd=fd)
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                            raise
+                        # Replaced by a file or symlink since we listed it: remove that.
+                    else:
+                        stack.append((fd, child, child_fd, iter(())))
+                        stack[-1] = (fd, child, child_fd, iter(_names(child_fd)))
+                        break
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(child, dir_fd=fd)
+            else:
+                stack.pop()
+                os.close(fd)
+                os.rmdir(here, dir_fd=up)
+    finally:
+        for _, _, opened, _ in stack:
+            os.close(opened)
+
+
+def _names(fd: int) -> list[tuple[str, bool]]:
+    """A directory's names, each with whether it is a directory (not following symlinks)."""
+    with os.scandir(fd) as it:
+        return [(item.name, item.is_dir(follow_symlinks=False)) for item in it]
+
+
+async def move(request: web.Request) -> web.Response:
+    """POST mv: 200 with the destination's entry; never replaces a directory."""
+    _query(request, ())  # everything is in the body
+    body = await parse_body(request, MoveBody)
+    src = _resolve(request, body.src, write=True)
+    dst = _resolve(request, body.dst, write=True)
+    for end in (src, dst):
+        if end.is_area_root:
+            raise PATH_FORBIDDEN(f"{end}: the root of a home or of public cannot be moved or replaced")
+    same_area = (src.datacenter, src.area, src.owner) == (dst.datacenter, dst.area, dst.owner)
+    if same_area and len(dst.parts) > len(src.parts) and dst.parts[: len(src.parts)] == src.parts:
+        raise errors.BAD_REQUEST(f"{src} cannot be moved into itself ({dst})")
+    root = request.app[ROOT]
+    _prepare_write(root, dst)
+    try:
+        entry = await asyncio.to_thread(_move, root, src, dst, body.overwrite)
+    finally:
+        _forget_usage(request, src)
+        _forget_usage(request, dst)
+    log.info("pfs_moved", src=src.text, dst=dst.text, overwrite=body.overwrite)
+    return json_response(entry)
+
+
+def _move(root: Root, src: PfsPath, dst: PfsPath, overwrite: bool) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        with _fs(src):
+            src_dir, src_name = stack.enter_context(root.parent_fd(src))
+            src_st = os.stat(src_name, dir_fd=src_dir, follow_symlinks=False)
+        with _fs(dst):
+            dst_dir, dst_name = stack.enter_context(root.parent_fd(dst))
+            try:
+                dst_st: os.stat_result | None = os.stat(dst_name, dir_fd=dst_dir, follow_symlinks=False)
+            except FileNotFoundError:
+                dst_st = None
+        moving_dir = stat.S_ISDIR(src_st.st_mode)
+        both = f"{src} → {dst}"
+        with _fs(both):
+            try:
+                if dst_st is None:
+                    rename_noreplace(src_dir, src_name, dst_dir, dst_name, is_dir=moving_dir)
+                elif stat.S_ISDIR(dst_st.st_mode):
+                    raise errors.ALREADY_EXISTS(f"{dst}: is a directory, and mv never replaces a directory")
+                elif not overwrite:
+                    raise errors.ALREADY_EXISTS(f"{dst}: already exists (set overwrite to replace it)")
+                elif moving_dir:
+                    raise errors.CONFLICT(f"{both}: a directory cannot replace a {kind(dst_st)}")
+                else:
+                    # rename(2) replaces a non-directory atomically; had a directory
+                    # appeared there since, it fails with EISDIR rather than replace it.
+                    os.rename(src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:
+                    # The kernel's own check, which also sees through symlinks inside the home.
+                    raise errors.BAD_REQUEST(f"{src} cannot be moved into itself ({dst})") from exc
+                if exc.errno in (errno.EXDEV, errno.EBUSY) and not isinstance(exc, PermissionError):
+                    raise errors.CONFLICT(
+                        f"{both}: cannot be moved there (another filesystem or in use)"
+                    ) from exc
+                raise
+        with _fs(dst):
+            entry = _lstat_entry(root, dst)
+    return entry
+
+
+def _forget_usage(request: web.Request, path: PfsPath) -> None:
+    if path.area == "home" and path.owner is not None:
+        request.app[USAGE].forget(path.owner)
+
+
+# Usage ----------------------------------------------------------------------------
+
+
+async def usage(request: web.Request) -> web.Response:
+    """GET usage: bytes and files in a home, and the owner's storage quota."""
+    query = _query(request, (), ("user",))
+    identity = request[IDENTITY]
+    user = query.get("user", identity.user)
+    check_name(user, f"user {user[:100]!r}")
+    if user != identity.user and not identity.admin:
+        raise errors.FORBIDDEN(f"only an admin may see another user's usage; yours is user={identity.user}")
+    record = await request.app[STORE].get_user(user)
+    if record is None and user != identity.user:
+        raise errors.NOT_FOUND(f"there is no user {user!r}")
+    measured = await request.app[USAGE].of(user)
+    limit = record.quota.storage_bytes if record is not None else None
+    return json_response({"user": user, "bytes": measured.bytes, "files": measured.files, "limit": limit})

@@ -1,0 +1,935 @@
+"""tus 1.0 uploads into PFS at /api/v1/pfs/uploads (docs/pfs.md, shared/TUS.md).
+
+An upload is a staging file `.uploads/<id>.part` under the datacenter root plus a JSON
+record `.uploads/<id>.info`. Its offset is always the staging file's size: bytes are
+appended as they arrive and fsynced before an offset is acknowledged, so whatever a
+client was told survives a crash, and whatever it was not told is simply sent again.
+When the last byte is in, the file is verified and renamed into place on the same
+filesystem; each completion step is idempotent, so a crash between any two is finished
+by the next HEAD or PATCH.
+
+One request at a time works on an upload (an asyncio lock per id, this service being one
+process; several replicas would need a lease in the store as well). Like tusd's request
+unlock, a newer HEAD, PATCH or DELETE asks an in-flight PATCH to stop, keep what it has
+and let go, so a client reconnecting after a dead connection is never stuck behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+from aiohttp import web
+
+from paddlecloud.common import errors
+from paddlecloud.common.config import PfsSection
+from paddlecloud.common.errors import ProblemError
+from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.keys import CONFIG, IDENTITY, REQUEST_ID, STORE
+from paddlecloud.common.store import Store
+from paddlecloud.common.tasks import background, run_periodically
+
+from . import tus
+from .fsops import remember_sha256, remembered_sha256, rename_noreplace
+from .keys import DATACENTER, ROOT, USAGE
+from .paths import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
+from .staging import (
+    ChunkWriter,
+    Record,
+    Staging,
+    hash_fd,
+    opened,
+)
+from .usage import Usage
+
+log = structlog.get_logger()
+
+PREFIX = "/api/v1/pfs/uploads"
+GC_TASK = "pfs-uploads-gc"
+GC_INTERVAL = 600.0
+# How long a request waits for the one before it on the same upload (which was asked to
+# stop and only has to sync what it received) before it gives up with 423.
+LOCK_TIMEOUT = 30.0
+_ID = re.compile(r"^[A-Za-z0-9_-]{32}$")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+SYNC_EVERY = 64 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run file-system work in a thread. If the caller is cancelled meanwhile, the thread
+    still finishes before the cancellation goes on, so the descriptors it uses stay valid."""
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait({future})
+        raise
+
+
+class _Slot:
+    """The lock of one upload, and how to ask whoever holds it to stop reading."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+        self.stop_requested = False
+        self.on_stop: Callable[[], None] | None = None
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        if self.on_stop is not None:
+            self.on_stop()
+
+
+@dataclass(frozen=True)
+class Received:
+    """What one PATCH body did: the durable offset after it, and why it stopped early, if it did."""
+
+    offset: int
+    problem: ProblemError | None = None
+
+
+class _Syncer:
+    """fdatasync in the background every SYNC_EVERY bytes of a long PATCH.
+
+    The kernel starts writing back only once a large share of memory is dirty, so a
+    multi-GB chunk would otherwise leave all of it to the final fsync; syncing as it
+    goes keeps the disk busy meanwhile and that final wait short.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._since = 0
+        self._future: asyncio.Future[None] | None = None
+
+    def wrote(self, n: int) -> None:
+        self._since += n
+        if self._since >= SYNC_EVERY and (self._future is None or self._future.done()):
+            if self._future is not None and (self._future.cancelled() or self._future.exception()):
+                return  # settle() reports it; fsync errors are told once per descriptor
+            self._since = 0
+            self._future = asyncio.get_running_loop().run_in_executor(None, os.fdatasync, self._fd)
+
+    async def settle(self) -> None:
+        """Wait for a background sync in flight (even if cancelled meanwhile); raise its error."""
+        if self._future is None:
+            return
+        try:
+            await asyncio.shield(self._future)
+        except asyncio.CancelledError:
+            await asyncio.wait({self._future})
+            raise
+
+
+class Uploads:
+    """The uploads of one datacenter: records, locks, quota, completion and expiry."""
+
+    def __init__(
+        self,
+        root: Root,
+        usage: Usage,
+        store: Store,
+        *,
+        datacenter: str,
+        max_size: int,
+        expiry_seconds: float,
+        read_timeout: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = root
+        self.usage = usage
+        self.store = store
+        self.datacenter = datacenter
+        self.max_size = max_size
+        self.expiry_seconds = expiry_seconds
+        self.read_timeout = read_timeout
+        self.clock = clock
+        self.staging = Staging(root.root / ".uploads")
+        self._records: dict[str, Record] = {}
+        self._slots: dict[str, _Slot] = {}
+        # Running sha256 of each upload received in this process's life: (bytes hashed, hasher).
+        self._hashers: dict[str, tuple[int, Any]] = {}
+
+    async def load(self) -> None:
+        records = await _blocking(self.staging.load_records)
+        self._records = {r.id: r for r in records}
+        log.info("uploads_loaded", count=len(records))
+
+    def close(self) -> None:
+        self.staging.close()
+
+    # lookup and locking ----------------------------------------------------------
+
+    def lookup(self, upload_id: str, identity: Identity) -> Record:
+        """The caller's own upload; everyone else's, like an unknown one, is 404."""
+        record = self._records.get(upload_id) if _ID.match(upload_id) else None
+        if record is None or record.owner != identity.user:
+            raise tus.UPLOAD_NOT_FOUND(f"There is no upload {upload_id[:40]!r} of yours here.")
+        return record
+
+    def expiry(self, record: Record) -> float:
+        """When an unfinished upload expires: a while after its creation or its last write."""
+        try:
+            last_write = self.staging.stat_part(record.id).st_mtime
+        except FileNotFoundError:
+            return record.expires
+        return max(record.expires, last_write + self.expiry_seconds)
+
+    def check_alive(self, record: Record) -> None:
+        """Refuse (410) an upload that expired or failed; a client has to start over."""
+        if record.state == "expired" or (record.state == "active" and self.expiry(record) <= self.clock()):
+            raise tus.UPLOAD_EXPIRED(f"Upload {record.id} expired; start a new one.")
+        if record.state == "failed":
+            raise tus.UPLOAD_FAILED(
+                f"Upload {record.id} failed and was discarded: {record.error.get('detail', '')}",
+                reason=record.error.get("code"),
+            )
+
+    @contextlib.asynccontextmanager
+    async def hold(self, upload_id: str) -> AsyncIterator[_Slot]:
+        """Hold the upload's lock, asking a PATCH that holds it to stop and let go first."""
+        slot = self._slots.setdefault(upload_id, _Slot())
+        slot.users += 1
+        try:
+            if slot.lock.locked():
+                slot.request_stop()
+            try:
+                async with asyncio.timeout(LOCK_TIMEOUT):
+                    await slot.lock.acquire()
+            except TimeoutError:
+                raise tus.UPLOAD_LOCKED(
+                    f"Upload {upload_id} is busy with another request; try again shortly."
+                ) from None
+            slot.stop_requested = False
+            try:
+                yield slot
+            finally:
+                slot.on_stop = None
+                slot.lock.release()
+        finally:
+            slot.users -= 1
+            if slot.users == 0:
+                self._slots.pop(upload_id, None)
+
+    # creation --------------------------------------------------------------------
+
+    async def create(self, identity: Identity, length: int | None, metadata: tus.Metadata) -> Record:
+        """Check everything, reserve the quota and create the staging file and its record."""
+        if length is not None and length > self.max_size:
+            raise tus.UPLOAD_TOO_LARGE(
+                f"Upload-Length {length} is over this server's Tus-Max-Size of {self.max_size} bytes.",
+                headers={"Tus-Max-Size": str(self.max_size)},
+            )
+        path_text = metadata.get("path")
+        if not path_text:
+            raise tus.BAD_METADATA(
+                "Upload-Metadata must name the destination: "
+                "path <base64 of /pfs/<datacenter>/home/<user>/...>."
+            )
+        sha256 = tus.parse_sha256(metadata.get("sha256"))
+        overwrite = tus.parse_flag(metadata, "overwrite")
+        dest = parse_path(path_text, self.datacenter)
+        authorize(dest, identity, write=True)
+        await _blocking(self._check_destination, dest, overwrite)
+        charged_to = dest.owner if dest.area == "home" else None
+        now = self.clock()
+        record = Record(
+            id=secrets.token_urlsafe(24),
+            owner=identity.user,
+            path=dest.text,
+            length=length,
+            metadata=metadata.header(),
+            sha256=sha256,
+            overwrite=overwrite,
+            charged_to=charged_to,
+            inode=0,
+            created=now,
+            expires=now + self.expiry_seconds,
+        )
+        if charged_to is not None and length is not None:
+            # No await between the check and the reservation: two uploads racing each
+            # other cannot both fit into the same free space.
+            await self._check_quota(charged_to, length, exclude=None)
+        self._records[record.id] = record
+        try:
+            record.inode = await _blocking(self.staging.create_part, record.id)
+            await _blocking(self.staging.write_record, record)
+        except OSError as exc:
+            self._records.pop(record.id, None)
+            with contextlib.suppress(OSError):
+                await _blocking(self.staging.remove, record.id, record=True)
+            if exc.errno in _FULL:
+                raise STORAGE_FULL("The filesystem is full; the upload was not created.") from exc
+            raise
+        log.info("upload_created", upload=record.id, dest=record.path, length=length)
+        return record
+
+    def _check_destination(self, dest: PfsPath, overwrite: bool) -> None:
+        if dest.is_area_root:
+            raise errors.CONFLICT(f"{dest}: is a directory; upload to a file beneath it.")
+        if not self.root.area_dir(dest).is_dir():
+            return  # a home is created on its first write
+        try:
+            st = self.root.lstat(dest)
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            raise errors.CONFLICT(f"{dest}: a file is in the way of its parent directories.") from None
+        except OSError as exc:
+            raise problem_for(exc, dest) from exc
+        if kind(st) == "dir":
+            raise errors.CONFLICT(f"{dest}: is a directory.")
+        if not overwrite:
+            raise errors.ALREADY_EXISTS(
+                f"{dest}: already exists; upload with metadata 'overwrite 1' (base64 'MQ==') to replace it."
+            )
+
+    async def _check_quota(self, user: str, requested: int, *, exclude: str | None) -> None:
+        account = await self.store.get_user(user)
+        limit = account.quota.storage_bytes if account is not None else None
+        if limit is None:
+            return
+        used = (await self.usage.of(user)).bytes
+        reserved = self._reserved(user, exclude)
+        if used + reserved + requested > limit:
+            raise errors.QUOTA_EXCEEDED(
+                f"Uploading {requested} bytes would take {user}'s storage over its quota: "
+                f"{used} bytes are used and {reserved} reserved by unfinished uploads, of {limit}.",
+                requested=requested,
+                used=used,
+                reserved=reserved,
+                limit=limit,
+            )
+
+    def _reserved(self, user: str, exclude: str | None) -> int:
+        total = 0
+        for record in self._records.values():
+            if record.charged_to == user and record.state == "active" and record.id != exclude:
+                # A deferred upload holds what it staged so far.
+                staged = record.length if record.length is not None else self.staging.part_size(record.id)
+                total += staged or 0
+        return total
+
+    # PATCH -----------------------------------------------------------------------
+
+    async def patch(
+        self,
+        request: web.Request,
+        record: Record,
+        identity: Identity,
+        slot: _Slot,
+        offset: int,
+        checksum: tus.Checksum | None,
+        new_length: int | None,
+    ) -> Record:
+        """Append one PATCH body at `offset` (the caller holds the lock); finish if it was the last."""
+        if record.state == "complete":
+            if new_length is not None and new_length != record.length:
+                raise tus.BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
+            # A retry of the last PATCH whose answer was lost: nothing to do.
+            if offset != record.length:
+                raise tus.MISMATCHED_OFFSET(
+                    f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
+                )
+            return record
+        current = self.staging.part_size(record.id)
+        if current is None or (record.length is not None and current == record.length):
+            # Complete but not finished (a crash, or a full disk at the last step).
+            record = await self.finish(record, identity)
+            if offset != record.length:
+                raise tus.MISMATCHED_OFFSET(
+                    f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
+                )
+            return record
+        if new_length is not None:
+            await self._declare_length(record, new_length, current)
+        if offset != current:
+            raise tus.MISMATCHED_OFFSET(
+                f"Upload-Offset is {offset} but upload {record.id} is at {current}: "
+                "HEAD it and resume there.",
+                offset=current,
+            )
+        room = (record.length if record.length is not None else self.max_size) - current
+        if request.content_length is not None and request.content_length > room:
+            raise tus.UPLOAD_TOO_LARGE(
+                f"The body ({request.content_length} bytes) goes past the end of the upload "
+                f"({room} bytes left); nothing was written."
+            )
+        received = await self.receive(request, record, slot, current, room, checksum)
+        if received.problem is not None:
+            raise received.problem
+        if record.length is not None and received.offset == record.length:
+            record = await self.finish(record, identity)
+        return record
+
+    async def _declare_length(self, record: Record, length: int, current: int) -> None:
+        if record.length is not None:
+            if length != record.length:
+                raise tus.BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
+            return
+        if length < current:
+            raise tus.BAD_HEADER(f"Upload-Length {length} is less than the {current} bytes already received.")
+        if length > self.max_size:
+            raise tus.UPLOAD_TOO_LARGE(
+                f"Upload-Length {length} is over this server's Tus-Max-Size of {self.max_size} bytes.",
+                headers={"Tus-Max-Size": str(self.max_size)},
+            )
+        if record.charged_to is not None:
+            await self._check_quota(record.charged_to, length, exclude=record.id)
+        record.length = length
+        await _blocking(self.staging.write_record, record)
+
+    async def receive(
+        self,
+        request: web.Request,
+        record: Record,
+        slot: _Slot,
+        start: int,
+        room: int,
+        checksum: tus.Checksum | None,
+    ) -> Received:
+        """Append the body as it arrives, at most `room` bytes; sync before returning the new offset.
+
+        A disconnect, a stalled body or a newer request on the upload stops the read:
+        what arrived is kept (unless it was a checksummed chunk, which cannot be verified
+        any more) and synced, and the problem says why.
+        """
+        fd = self.staging.open_part(record.id)
+        try:
+            writer = self.staging.writer(record.id, fd, start, verify=checksum is not None)
+            syncer = _Syncer(writer.fd)
+            whole = self._running_hash(record.id, start)
+            saved = whole.copy() if whole is not None and checksum is not None else None
+            chunk = checksum.hasher() if checksum is not None else None
+            problem: ProblemError | None = None
+            cancelled: asyncio.CancelledError | None = None
+            loop = asyncio.get_running_loop()
+            stopped = False
+            try:
+                async with asyncio.timeout(self.read_timeout) as scope:
+
+                    def stop() -> None:
+                        nonlocal stopped
+                        stopped = True
+                        scope.reschedule(loop.time())
+
+                    slot.on_stop = stop
+                    try:
+                        if slot.stop_requested:
+                            stop()
+                        await self._pump(request, writer, syncer, room, whole, chunk, scope)
+                    finally:
+                        slot.on_stop = None
+            except TimeoutError:
+                if stopped:
+                    problem = tus.UPLOAD_INTERRUPTED(
+                        f"A newer request on upload {record.id} took over; what arrived was kept."
+                    )
+                else:
+                    problem = tus.READ_TIMEOUT(
+                        f"The body stalled for {self.read_timeout:g} s; what arrived was kept. "
+                        "HEAD, then resume."
+                    )
+            except (ConnectionError, web.RequestPayloadError):
+                problem = tus.UPLOAD_INTERRUPTED("The connection broke mid-body; what arrived was kept.")
+            except asyncio.CancelledError as exc:
+                # The handler itself is cancelled: a server that cancels handlers of gone
+                # clients, or shutdown. Keep and sync what arrived all the same, then go on.
+                cancelled = exc
+                problem = tus.UPLOAD_INTERRUPTED("The request was cancelled; what arrived was kept.")
+            except OSError as exc:
+                if exc.errno not in _FULL:
+                    raise
+                problem = STORAGE_FULL(
+                    "The filesystem is full. What was written before is kept: HEAD the upload and "
+                    "resume once there is room."
+                )
+            synced = time.perf_counter()
+            try:
+                await syncer.settle()
+                discarded = False
+                if checksum is not None:
+                    if problem is None and chunk is not None and chunk.digest() != checksum.digest:
+                        problem = tus.CHECKSUM_MISMATCH(
+                            f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
+                            f"discarded and the upload stays at offset {start}.",
+                            offset=start,
+                        )
+                    if problem is not None:
+                        writer.discard()
+                        whole = saved
+                        discarded = True  # the truncation must be as durable as the bytes were
+                    else:
+                        writer.commit()
+                if discarded or writer.written:
+                    await _blocking(os.fdatasync, fd)
+            except OSError as exc:
+                # Nothing past `start` is known to be on disk: take it back.
+                with contextlib.suppress(OSError):
+                    writer.discard()
+                whole = None
+                if exc.errno not in _FULL:
+                    raise
+                problem = STORAGE_FULL("The filesystem is full; the chunk was not stored.")
+            offset = os.fstat(fd).st_size
+            sync_ms = round((time.perf_counter() - synced) * 1000, 1)
+        finally:
+            os.close(fd)
+        if whole is not None:
+            self._hashers[record.id] = (offset, whole)
+        else:
+            self._hashers.pop(record.id, None)
+        log.info(
+            "upload_chunk_written",
+            upload=record.id,
+            start=start,
+            offset=offset,
+            sync_ms=sync_ms,
+            stopped=None if problem is None else problem.kind.code,
+        )
+        if cancelled is not None:
+            raise cancelled
+        return Received(offset, problem)
+
+    async def _pump(
+        self,
+        request: web.Request,
+        writer: ChunkWriter,
+        syncer: _Syncer,
+        room: int,
+        whole: Any,
+        chunk: Any,
+        scope: asyncio.Timeout,
+    ) -> None:
+        """Copy the body to the writer piece by piece as it arrives, pushing the read deadline on."""
+        loop = asyncio.get_running_loop()
+        # Pushing the deadline costs a timer each time; doing it once in a while is enough.
+        kick_every = min(1.0, self.read_timeout / 4)
+        kicked = loop.time()
+        left = room
+        while left > 0:
+            piece = await request.content.readany()
+            if not piece:
+                return
+            if len(piece) > left:
+                piece = piece[:left]  # the rest is past the upload's end: never read on
+            left -= len(piece)
+            if chunk is not None:
+                chunk.update(piece)
+            before = writer.written
+            try:
+                writer.write(piece)
+            finally:
+                if whole is not None:
+                    whole.update(memoryview(piece)[: writer.written - before])
+            syncer.wrote(len(piece))
+            now = loop.time()
+            if now - kicked >= kick_every:
+                scope.reschedule(now + self.read_timeout)
+                kicked = now
+
+    def _running_hash(self, upload_id: str, start: int) -> Any:
+        known = self._hashers.get(upload_id)
+        if known is not None and known[0] == start:
+            return known[1]
+        return hashlib.sha256() if start == 0 else None
+
+    # completion ------------------------------------------------------------------
+
+    async def finish(self, record: Record, identity: Identity) -> Record:
+        """Verify the received file and move it into place; idempotent, and safe after a crash.
+
+        A verdict about the upload itself (checksum mismatch, destination taken or not
+        allowed) fails it for good and discards its data; a full disk or an I/O error
+        leaves it complete-but-unfinished, for the next HEAD or PATCH to finish.
+        """
+        size = self.staging.part_size(record.id)
+        if size is None:
+            return await self._recover_placed(record)
+        assert record.length is not None and size == record.length
+        known = self._hashers.pop(record.id, None)
+        if known is not None and known[0] == size:
+            digest = known[1].hexdigest()
+        else:
+            digest = await _blocking(self.staging.hash_part, record.id)
+        if record.sha256 is not None and digest != record.sha256:
+            problem = tus.CHECKSUM_MISMATCH(
+                f"The file's sha256 is {digest}, not the {record.sha256} the upload declared; "
+                "it was discarded.",
+                expected=record.sha256,
+                received=digest,
+            )
+            await self._fail(record, problem)
+            raise problem
+        try:
+            dest = parse_path(record.path, self.datacenter)
+            authorize(dest, identity, write=True)
+            await _blocking(self._place, record, dest, digest)
+        except ProblemError as problem:
+            if problem.kind.status < 500:
+                await self._fail(record, problem)
+            raise
+        return await self._mark_complete(record, digest)
+
+    def _place(self, record: Record, dest: PfsPath, digest: str) -> None:
+        """Create the parents, then rename the staging file to its destination and sync."""
+        try:
+            if dest.area == "home" and dest.owner is not None:
+                self.root.ensure_home(dest.owner)
+            self._make_parents(dest)
+            with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
+                part = f"{record.id}.part"
+                with opened(os.open(part, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.staging.dir_fd)) as fd:
+                    # Before the rename: it keeps the xattr and the mtime the xattr names.
+                    remember_sha256(fd, digest)
+                    os.fsync(fd)
+                if record.overwrite:
+                    os.rename(part, dest.name, src_dir_fd=self.staging.dir_fd, dst_dir_fd=dir_fd)
+                else:
+                    rename_noreplace(self.staging.dir_fd, part, dir_fd, dest.name)
+                os.fsync(dir_fd)
+        except FileExistsError:
+            raise errors.ALREADY_EXISTS(
+                f"{dest}: appeared while uploading; upload again with overwrite to replace it."
+            ) from None
+        except (IsADirectoryError, NotADirectoryError):
+            raise errors.CONFLICT(
+                f"{dest}: a directory is where the file should go, or a file is in the way."
+            ) from None
+        except OSError as exc:
+            raise problem_for(exc, dest) from exc
+
+    def _make_parents(self, dest: PfsPath) -> None:
+        """`mkdir -p` of the destination's parents, each resolved beneath its area."""
+        for depth in range(1, len(dest.parts)):
+            sub = PfsPath(dest.datacenter, dest.area, dest.owner, dest.parts[:depth])
+            with self.root.parent_fd(sub) as (fd, name):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+
+    async def _recover_placed(self, record: Record) -> Record:
+        """The staging file is gone: if it is at its destination, the rename happened before a crash."""
+
+        def placed_sha256() -> str | None:
+            dest = parse_path(record.path, self.datacenter)
+            try:
+                with opened(self.root.open(dest, os.O_RDONLY | os.O_NOFOLLOW)) as fd:
+                    st = os.fstat(fd)
+                    if (st.st_ino, st.st_size) != (record.inode, record.length):
+                        return None
+                    digest = remembered_sha256(fd) or hash_fd(fd)
+                with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
+                    os.fsync(dir_fd)
+                return digest
+            except (OSError, ProblemError):
+                return None
+
+        digest = await _blocking(placed_sha256)
+        if digest is None:
+            problem = tus.UPLOAD_FAILED(f"Upload {record.id}'s data is gone; start again.")
+            await self._fail(record, problem)
+            raise problem
+        return await self._mark_complete(record, digest)
+
+    async def _mark_complete(self, record: Record, digest: str) -> Record:
+        record.state = "complete"
+        record.result_sha256 = digest
+        record.expires = self.clock() + self.expiry_seconds
+        await _blocking(self.staging.write_record, record)
+        self._hashers.pop(record.id, None)
+        if record.charged_to is not None:
+            self.usage.forget(record.charged_to)
+        log.info("upload_completed", upload=record.id, dest=record.path, size=record.length)
+        return record
+
+    async def _fail(self, record: Record, problem: ProblemError) -> None:
+        record.state = "failed"
+        record.error = {"code": problem.kind.code, "detail": problem.detail}
+        record.expires = self.clock() + self.expiry_seconds
+        self._hashers.pop(record.id, None)
+        await _blocking(self.staging.write_record, record)
+        await _blocking(self.staging.remove, record.id, record=False)
+        log.info("upload_failed", upload=record.id, code=problem.kind.code)
+
+    # termination and expiry ------------------------------------------------------
+
+    async def terminate(self, record: Record) -> None:
+        """Forget the upload and its staging data (a finished file stays where it is)."""
+        self._records.pop(record.id, None)
+        self._hashers.pop(record.id, None)
+        await _blocking(self.staging.remove, record.id, record=True)
+        log.info("upload_terminated", upload=record.id, state=record.state)
+
+    async def collect(self, now: float | None = None) -> int:
+        """Expire abandoned uploads and forget old records; returns how many were touched.
+
+        An expired upload's data goes at once, while its record stays (so it answers 410)
+        for another expiry period. Uploads in use by a request are left for the next round.
+        """
+        now = self.clock() if now is None else now
+        touched = 0
+        for record in list(self._records.values()):
+            if record.id in self._slots:
+                continue
+            if record.state == "active":
+                if self.expiry(record) > now:
+                    continue
+                async with self.hold(record.id):
+                    record.state = "expired"
+                    record.expires = now + self.expiry_seconds
+                    self._hashers.pop(record.id, None)
+                    await _blocking(self.staging.write_record, record)
+                    await _blocking(self.staging.remove, record.id, record=False)
+                log.info("upload_expired", upload=record.id)
+            elif record.expires <= now:
+                async with self.hold(record.id):
+                    self._records.pop(record.id, None)
+                    await _blocking(self.staging.remove, record.id, record=True)
+            else:
+                continue
+            touched += 1
+        for name in await _blocking(self.staging.orphans, set(self._records), now - self.expiry_seconds):
+            self.staging.unlink(name)
+            touched += 1
+        if touched:
+            log.info("uploads_collected", count=touched)
+        return touched
+
+
+UPLOADS = web.AppKey("pfs_uploads", Uploads)
+
+
+# HTTP -------------------------------------------------------------------------
+
+
+def _headers(**extra: str) -> dict[str, str]:
+    return {"Tus-Resumable": tus.VERSION, **extra}
+
+
+def _state_headers(uploads: Uploads, record: Record, offset: int) -> dict[str, str]:
+    headers = _headers(**{"Upload-Offset": str(offset)})
+    if record.state == "complete":
+        headers["PaddleCloud-Path"] = record.path
+        headers["PaddleCloud-Sha256"] = record.result_sha256 or ""
+    else:
+        headers["Upload-Expires"] = tus.http_date(uploads.expiry(record))
+    return headers
+
+
+def _method(request: web.Request) -> str:
+    # tus: clients behind proxies that only pass GET and POST name the real method here.
+    return request.headers.get("X-HTTP-Method-Override", request.method).strip().upper()
+
+
+async def options(request: web.Request) -> web.Response:
+    uploads = request.app[UPLOADS]
+    return web.Response(
+        status=204,
+        headers=_headers(
+            **{
+                "Tus-Version": tus.VERSION,
+                "Tus-Extension": ",".join(tus.EXTENSIONS),
+                "Tus-Max-Size": str(uploads.max_size),
+                "Tus-Checksum-Algorithm": ",".join(tus.CHECKSUMS),
+            }
+        ),
+    )
+
+
+async def create(request: web.Request) -> web.Response:
+    """POST: creation, creation-defer-length and creation-with-upload."""
+    uploads = request.app[UPLOADS]
+    identity = request[IDENTITY]
+    length = tus.parse_size(request.headers, "Upload-Length")
+    deferred = tus.parse_defer_length(request.headers)
+    if (length is None) == (not deferred):
+        raise tus.BAD_HEADER("Send either Upload-Length or Upload-Defer-Length: 1 (not both).")
+    metadata = tus.parse_metadata(request.headers.get("Upload-Metadata"))
+    with_body = request.body_exists and request.content_length != 0
+    if with_body and request.content_type != tus.OFFSET_OCTET_STREAM:
+        raise errors.UNSUPPORTED_MEDIA_TYPE(
+            f"A body sent with the creation must be {tus.OFFSET_OCTET_STREAM}, not {request.content_type}."
+        )
+    checksum = tus.parse_checksum(request.headers) if with_body else None
+    if with_body and length is not None and (request.content_length or 0) > length:
+        raise tus.UPLOAD_TOO_LARGE(f"The body is longer than Upload-Length ({length}); nothing was created.")
+    record = await uploads.create(identity, length, metadata)
+    location = f"{PREFIX}/{record.id}"
+    headers = _headers(Location=location, **{"Upload-Expires": tus.http_date(record.expires)})
+    if length != 0 and not with_body:
+        return web.Response(status=201, headers=headers)
+    try:
+        async with uploads.hold(record.id) as slot:
+            if length == 0:
+                record = await uploads.finish(record, identity)
+                offset = 0
+            else:
+                room = length if length is not None else uploads.max_size
+                received = await uploads.receive(request, record, slot, 0, room, checksum)
+                offset = received.offset
+                problem = received.problem
+                # A broken or stalled body still created the upload: say where it is.
+                if problem is not None and problem.kind not in (tus.UPLOAD_INTERRUPTED, tus.READ_TIMEOUT):
+                    raise problem
+                if length is not None and offset == length:
+                    record = await uploads.finish(record, identity)
+    except ProblemError as exc:
+        exc.headers.update(Location=location)
+        raise
+    headers.update(_state_headers(uploads, record, offset))
+    headers["Location"] = location
+    return web.Response(status=201, headers=headers)
+
+
+async def head(request: web.Request, upload_id: str) -> web.Response:
+    uploads = request.app[UPLOADS]
+    identity = request[IDENTITY]
+    uploads.lookup(upload_id, identity)
+    async with uploads.hold(upload_id):
+        record = uploads.lookup(upload_id, identity)
+        uploads.check_alive(record)
+        offset = record.length or 0
+        if record.state == "active":
+            size = uploads.staging.part_size(record.id)
+            if size is None or size == record.length:
+                try:
+                    record = await uploads.finish(record, identity)
+                except ProblemError:
+                    uploads.check_alive(record)  # the verdict, as this upload's state
+                    raise
+            else:
+                offset = size
+    headers = _state_headers(uploads, record, offset)
+    headers["Cache-Control"] = "no-store"
+    if record.length is None:
+        headers["Upload-Defer-Length"] = "1"
+    else:
+        headers["Upload-Length"] = str(record.length)
+    if record.metadata:
+        headers["Upload-Metadata"] = record.metadata
+    return web.Response(status=200, headers=headers)
+
+
+async def patch(request: web.Request, upload_id: str) -> web.Response:
+    uploads = request.app[UPLOADS]
+    identity = request[IDENTITY]
+    if request.content_type != tus.OFFSET_OCTET_STREAM:
+        raise errors.UNSUPPORTED_MEDIA_TYPE(
+            f"PATCH bodies are {tus.OFFSET_OCTET_STREAM}, not {request.content_type or 'untyped'}."
+        )
+    offset = tus.parse_size(request.headers, "Upload-Offset")
+    if offset is None:
+        raise tus.BAD_HEADER("PATCH needs Upload-Offset: the offset this body starts at.")
+    checksum = tus.parse_checksum(request.headers)
+    new_length = tus.parse_size(request.headers, "Upload-Length")
+    uploads.lookup(upload_id, identity)
+    async with uploads.hold(upload_id) as slot:
+        record = uploads.lookup(upload_id, identity)
+        uploads.check_alive(record)
+        record = await uploads.patch(request, record, identity, slot, offset, checksum, new_length)
+        current = record.length if record.state == "complete" else uploads.staging.part_size(record.id)
+    return web.Response(status=204, headers=_state_headers(uploads, record, current or 0))
+
+
+async def delete(request: web.Request, upload_id: str) -> web.Response:
+    uploads = request.app[UPLOADS]
+    identity = request[IDENTITY]
+    uploads.lookup(upload_id, identity)
+    async with uploads.hold(upload_id):
+        await uploads.terminate(uploads.lookup(upload_id, identity))
+    return web.Response(status=204, headers=_headers())
+
+
+async def _tus(request: web.Request, handler: Callable[[], Awaitable[web.Response]]) -> web.Response:
+    """Every answer, refusals included, speaks tus; statuses tus adds get their reason phrase."""
+    try:
+        return await handler()
+    except ProblemError as exc:
+        exc.headers.setdefault("Tus-Resumable", tus.VERSION)
+        reason = tus.REASONS.get(exc.kind.status)
+        if reason is None:
+            raise
+        response = errors.problem_response(exc.body(request.get(REQUEST_ID)), exc.headers)
+        response.set_status(exc.kind.status, reason)
+        return response
+
+
+async def collection(request: web.Request) -> web.Response:
+    async def dispatch() -> web.Response:
+        method = _method(request)
+        if method == "OPTIONS":
+            return await options(request)
+        tus.check_version(request.headers)
+        if method == "POST":
+            return await create(request)
+        raise errors.METHOD_NOT_ALLOWED(
+            f"{method} is not allowed on {PREFIX}: OPTIONS, or POST to create an upload.",
+            headers={"Allow": "OPTIONS, POST"},
+        )
+
+    return await _tus(request, dispatch)
+
+
+async def resource(request: web.Request) -> web.Response:
+    upload_id = request.match_info["upload_id"]
+
+    async def dispatch() -> web.Response:
+        method = _method(request)
+        if method == "OPTIONS":
+            return await options(request)
+        tus.check_version(request.headers)
+        if method == "HEAD":
+            return await head(request, upload_id)
+        if method == "PATCH":
+            return await patch(request, upload_id)
+        if method == "DELETE":
+            return await delete(request, upload_id)
+        raise errors.METHOD_NOT_ALLOWED(
+            f"{method} is not allowed on an upload: HEAD, PATCH or DELETE.",
+            headers={"Allow": "OPTIONS, HEAD, PATCH, DELETE"},
+        )
+
+    return await _tus(request, dispatch)
+
+
+def setup(app: web.Application) -> None:
+    """Add the upload routes, and the uploads' state and garbage collector to the app's lifetime."""
+    app.router.add_route("*", PREFIX, collection)
+    app.router.add_route("*", PREFIX + "/{upload_id}", resource)
+    app.cleanup_ctx.append(_lifecycle)
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    config: PfsSection = app[CONFIG].pfs
+    uploads = Uploads(
+        app[ROOT],
+        app[USAGE],
+        app[STORE],
+        datacenter=app[DATACENTER],
+        max_size=config.max_upload_size,
+        expiry_seconds=config.upload_expiry_seconds,
+        read_timeout=config.upload_read_timeout,
+    )
+    try:
+        await uploads.load()
+        app[UPLOADS] = uploads
+
+        async def collect() -> None:
+            await uploads.collect()
+
+        async with background(GC_TASK, run_periodically(GC_TASK, collect, GC_INTERVAL)):
+            yield
+    finally:
+        uploads.close()
