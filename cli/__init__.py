@@ -10,8 +10,18 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from .client import AsyncClient, Client
     from .errors import ApiError, ConnectionProblem, PaddleCloudError
+    from .transfer import TransferFailed, TransferReport
 
-__all__ = ["ApiError", "AsyncClient", "Client", "ConnectionProblem", "PaddleCloudError", "__version__"]
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "ConnectionProblem",
+    "PaddleCloudError",
+    "TransferFailed",
+    "TransferReport",
+    "__version__",
+]
 
 # Imported on first use: training code imports `paddlecloud` for its runtime helpers inside
 # every worker, and should not pay for aiohttp there.
@@ -21,6 +31,8 @@ _LAZY = {
     "ApiError": ".errors",
     "ConnectionProblem": ".errors",
     "PaddleCloudError": ".errors",
+    "TransferFailed": ".transfer",
+    "TransferReport": ".transfer",
 }
 
 

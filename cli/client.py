@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json as jsonlib
+import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
-from . import __version__
+from . import __version__, pfspaths
+from .config import paddle_home
 from .errors import (
     MAX_ERROR_BODY,
     ApiError,
@@ -23,8 +26,19 @@ from .errors import (
     UnexpectedAnswer,
     summarize_body,
 )
+from .progress import Progress
+from .transfer import DEFAULT_JOBS, STATE_FILE, ResumeState, TransferFailed, TransferReport, Transfers
 
-__all__ = ["ApiError", "AsyncClient", "Client", "ConnectionProblem", "PaddleCloudError", "TokenSlot"]
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "ConnectionProblem",
+    "PaddleCloudError",
+    "TokenSlot",
+    "TransferFailed",
+    "TransferReport",
+]
 
 API_PREFIX = "/api/v1/"
 DEFAULT_TIMEOUT = 30.0
@@ -39,6 +53,8 @@ QueryValue = str | int | float | bool | None
 
 T = TypeVar("T")
 _UNSET: Any = object()
+LocalPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+RemotePaths = str | Sequence[str]
 
 
 class TokenSlot(Protocol):
@@ -58,6 +74,11 @@ class AsyncClient:
     again, once, when the server answers 401 to a token that went stale (expired, revoked, or
     issued by a restarted server), retrying the call with the new token. Every non-2xx answer
     raises `ApiError`; an unreachable server raises `ConnectionProblem`.
+
+    PFS methods take absolute paths (`/pfs/<datacenter>/home/<user>/x`) or paths relative to
+    your home (`data/x` is `/pfs/<datacenter>/home/<user>/data/x`): `datacenter` names the
+    datacenter for those (the CLI passes the config's datacenter name), and the user is
+    `username`, or who the token belongs to.
     """
 
     def __init__(
@@ -70,9 +91,11 @@ class AsyncClient:
         token_cache: TokenSlot | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         log: Callable[[str], None] | None = None,
+        datacenter: str | None = None,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.username = username
+        self.datacenter = datacenter
         self._password = password
         self._token = token
         self._token_loaded = token is not None
@@ -182,6 +205,125 @@ class AsyncClient:
         if unknown:
             raise ValueError(f"unknown quota keys {unknown}; known: {', '.join(QUOTA_KEYS)}")
         return await self._object("PUT", f"users/{quote(name, safe='')}/quota", json=quota)
+
+    # --- PFS -----------------------------------------------------------------------------
+
+    async def pfs_user(self) -> str:
+        """Whose home relative PFS paths are in: `username`, else the token's user."""
+        if not self.username:
+            user = (await self.whoami()).get("user")
+            if not isinstance(user, str) or not user:
+                raise UnexpectedAnswer(f"{self.endpoint} answered whoami without a user")
+            self.username = user
+        return self.username
+
+    async def pfs_path(self, path: str) -> str:
+        """The absolute PFS path `path` names (see the class's note on relative paths)."""
+        if pfspaths.needs_home(path):
+            return pfspaths.resolve(path, self.datacenter, await self.pfs_user())
+        return pfspaths.resolve(path, None, None)
+
+    async def pfs_ls(self, path: str = "", recursive: bool = False) -> dict[str, Any]:
+        """`{path, entries}`: a directory's entries (all descendants with `recursive`), or a file's own."""
+        resolved = await self.pfs_path(path)
+        return await self._object("GET", "pfs/ls", params={"path": resolved, "recursive": recursive or None})
+
+    async def pfs_stat(self, path: str, checksum: bool = False) -> dict[str, Any]:
+        """One entry `{path, name, type, size, mtime, mode}`; with `checksum`, a file's `sha256` too."""
+        resolved = await self.pfs_path(path)
+        params: dict[str, QueryValue] = {"path": resolved, "checksum": "sha256" if checksum else None}
+        return await self._object("GET", "pfs/stat", params=params)
+
+    async def pfs_mkdir(self, path: str, parents: bool = True) -> dict[str, Any]:
+        """Make a directory (and its parents); returns its entry. Existing already is fine with `parents`."""
+        resolved = await self.pfs_path(path)
+        return await self._object("POST", "pfs/mkdir", json={"path": resolved, "parents": parents})
+
+    async def pfs_rm(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, or a directory (a non-empty one only with `recursive`)."""
+        resolved = await self.pfs_path(path)
+        await self.request("DELETE", "pfs/files", params={"path": resolved, "recursive": recursive or None})
+
+    async def pfs_mv(self, src: str, dst: str, overwrite: bool = False) -> dict[str, Any]:
+        """Move or rename within PFS; returns the entry at `dst`. An existing `dst` needs `overwrite`."""
+        body = {"src": await self.pfs_path(src), "dst": await self.pfs_path(dst), "overwrite": overwrite}
+        return await self._object("POST", "pfs/mv", json=body)
+
+    async def pfs_usage(self, user: str | None = None) -> dict[str, Any]:
+        """`{user, bytes, files, limit}` of your home, or of `user`'s (admins only)."""
+        return await self._object("GET", "pfs/usage", params={"user": user})
+
+    async def upload(
+        self,
+        local: LocalPaths,
+        remote: str,
+        recursive: bool = False,
+        *,
+        jobs: int = DEFAULT_JOBS,
+        overwrite: bool = False,
+        verify: bool = True,
+        progress: Progress | None = None,
+        state_file: str | os.PathLike[str] | None = None,
+    ) -> TransferReport:
+        """Upload local files (directory trees with `recursive`) to the PFS path `remote`, like `cp`.
+
+        Resumable: an interrupted upload of an unchanged file continues where the server's
+        offset says, the next time. Files already identical at the destination are skipped; a
+        different one there is an error unless `overwrite`. With `verify` (the default) the
+        server checks the whole file's sha256 before it appears. Raises `TransferFailed`
+        (with the report) if any file of several failed; a single file's failure as is.
+        `state_file` defaults to `~/.paddle/uploads.json`.
+        """
+        sources = [Path(p) for p in ([local] if isinstance(local, str | os.PathLike) else local)]
+        transfers = await self._transfers(jobs, overwrite, verify, progress, state_file)
+        report = await transfers.upload(sources, await self.pfs_path(remote), recursive=recursive)
+        if report.failed:
+            raise TransferFailed(report)
+        return report
+
+    async def download(
+        self,
+        remote: RemotePaths,
+        local: str | os.PathLike[str],
+        recursive: bool = False,
+        *,
+        jobs: int = DEFAULT_JOBS,
+        overwrite: bool = False,
+        verify: bool = True,
+        progress: Progress | None = None,
+        state_file: str | os.PathLike[str] | None = None,
+    ) -> TransferReport:
+        """Download PFS files (directory trees with `recursive`) to the local path `local`, like `cp`.
+
+        Resumable through `<file>.paddlecloud-part`; each file's sha256 is compared with the
+        server's before the part file is renamed into place (unless `verify` is off). Skips,
+        conflicts and failures as for `upload`.
+        """
+        sources = [await self.pfs_path(p) for p in ([remote] if isinstance(remote, str) else remote)]
+        transfers = await self._transfers(jobs, overwrite, verify, progress, state_file)
+        report = await transfers.download(sources, os.fspath(local), recursive=recursive)
+        if report.failed:
+            raise TransferFailed(report)
+        return report
+
+    async def _transfers(
+        self,
+        jobs: int,
+        overwrite: bool,
+        verify: bool,
+        progress: Progress | None,
+        state_file: str | os.PathLike[str] | None,
+    ) -> Transfers:
+        state_path = Path(state_file) if state_file is not None else paddle_home(os.environ) / STATE_FILE
+        return Transfers(
+            self,
+            user=await self.pfs_user(),
+            state=ResumeState(state_path),
+            progress=progress or Progress.quiet(),
+            jobs=jobs,
+            overwrite=overwrite,
+            verify=verify,
+        )
 
     # --- the transport that later features reuse ---------------------------------------------
 
@@ -407,9 +549,17 @@ class Client:
         token_cache: TokenSlot | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         log: Callable[[str], None] | None = None,
+        datacenter: str | None = None,
     ) -> None:
         self.aio = AsyncClient(
-            endpoint, username, password, token, token_cache=token_cache, timeout=timeout, log=log
+            endpoint,
+            username,
+            password,
+            token,
+            token_cache=token_cache,
+            timeout=timeout,
+            log=log,
+            datacenter=datacenter,
         )
         self._runner = asyncio.Runner()
         self._closed = False
@@ -471,6 +621,77 @@ class Client:
 
     def set_quota(self, name: str, **quota: str | int | None) -> dict[str, Any]:
         return self._run(self.aio.set_quota(name, **quota))
+
+    def pfs_path(self, path: str) -> str:
+        return self._run(self.aio.pfs_path(path))
+
+    def pfs_ls(self, path: str = "", recursive: bool = False) -> dict[str, Any]:
+        return self._run(self.aio.pfs_ls(path, recursive))
+
+    def pfs_stat(self, path: str, checksum: bool = False) -> dict[str, Any]:
+        return self._run(self.aio.pfs_stat(path, checksum))
+
+    def pfs_mkdir(self, path: str, parents: bool = True) -> dict[str, Any]:
+        return self._run(self.aio.pfs_mkdir(path, parents))
+
+    def pfs_rm(self, path: str, recursive: bool = False) -> None:
+        self._run(self.aio.pfs_rm(path, recursive))
+
+    def pfs_mv(self, src: str, dst: str, overwrite: bool = False) -> dict[str, Any]:
+        return self._run(self.aio.pfs_mv(src, dst, overwrite))
+
+    def pfs_usage(self, user: str | None = None) -> dict[str, Any]:
+        return self._run(self.aio.pfs_usage(user))
+
+    def upload(
+        self,
+        local: LocalPaths,
+        remote: str,
+        recursive: bool = False,
+        *,
+        jobs: int = DEFAULT_JOBS,
+        overwrite: bool = False,
+        verify: bool = True,
+        progress: Progress | None = None,
+        state_file: str | os.PathLike[str] | None = None,
+    ) -> TransferReport:
+        return self._run(
+            self.aio.upload(
+                local,
+                remote,
+                recursive,
+                jobs=jobs,
+                overwrite=overwrite,
+                verify=verify,
+                progress=progress,
+                state_file=state_file,
+            )
+        )
+
+    def download(
+        self,
+        remote: RemotePaths,
+        local: str | os.PathLike[str],
+        recursive: bool = False,
+        *,
+        jobs: int = DEFAULT_JOBS,
+        overwrite: bool = False,
+        verify: bool = True,
+        progress: Progress | None = None,
+        state_file: str | os.PathLike[str] | None = None,
+    ) -> TransferReport:
+        return self._run(
+            self.aio.download(
+                remote,
+                local,
+                recursive,
+                jobs=jobs,
+                overwrite=overwrite,
+                verify=verify,
+                progress=progress,
+                state_file=state_file,
+            )
+        )
 
     def request(
         self,

@@ -1,0 +1,495 @@
+"""PFS commands: `pfs cp|ls|rm|mkdir|mv|stat|usage|upload|download`, `file` and the top-level aliases."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..client import AsyncClient
+from ..config import paddle_home
+from ..context import Context, UsageError
+from ..errors import ApiError, PaddleCloudError
+from ..flags import ArgumentParser, add_flag
+from ..output import Column, render_record, render_table
+from ..pfspaths import is_remote, relative_to, strip_slash
+from ..progress import Progress, human_size
+from ..transfer import DEFAULT_JOBS, STATE_FILE, TransferFailed, TransferReport
+from . import CommandTree
+
+ORDER = 40
+
+PATHS_HELP = """\
+PFS paths: /pfs/<datacenter>/home/<user>/... (your home; read-write) and
+/pfs/<datacenter>/public/... (read-only). A relative path is in your home: data/x means
+/pfs/<datacenter>/home/<user>/data/x, where <datacenter> is the config's datacenter name and
+<user> its username. In cp, only /pfs/... and pfs:... name PFS paths (pfs:data/x, pfs: for
+your home); everything else there is local."""
+
+TRANSFER_NOTES = """\
+With several sources, a trailing slash on DEST (or DEST . or ..), each source is copied
+into DEST under its own name, as is a file copied to an existing directory; otherwise the
+source becomes DEST. Unlike cp, a directory copied to an existing directory DEST without a
+trailing slash is merged into it rather than nested, so that running the same command again
+resumes and skips instead of making DEST/NAME. Files already
+identical at the destination (same size and sha256) are skipped; a different existing file
+is an error unless --overwrite. Every transfer is verified end to end by sha256 unless
+--no-verify. An interrupted transfer resumes where it stopped when run again (uploads
+remember their tus URL in ~/.paddle/uploads.json; downloads keep DEST.paddlecloud-part).
+Progress bars appear on a terminal; -q prints only the summary line."""
+
+CP_EPILOG = f"""\
+examples:
+  paddlecloud cp train.csv /pfs/datacenter1/home/alice/data/
+  paddlecloud cp -r ./dataset pfs:data/          # pfs:data/ is data/ in your home
+  paddlecloud cp -r -j 8 pfs:output ./output     # download a tree, 8 files at once
+  paddlecloud cp --overwrite model.tar.gz pfs:models/model.tar.gz
+
+{TRANSFER_NOTES}
+
+{PATHS_HELP}
+"""
+
+LS_EPILOG = f"""\
+examples:
+  paddlecloud ls                       # your home
+  paddlecloud ls data
+  paddlecloud ls -r /pfs/datacenter1/home/alice/data -o json
+
+{PATHS_HELP}
+"""
+
+TYPE_SUFFIX = {"dir": "/", "symlink": "@"}
+
+
+def _client(ctx: Context) -> AsyncClient:
+    """The context's client, told which datacenter relative PFS paths are in."""
+    client = ctx.client()
+    if client.datacenter is None:
+        client.datacenter = ctx.datacenter().name
+    return client
+
+
+def _progress(ctx: Context, args: argparse.Namespace) -> Progress:
+    quiet = bool(getattr(args, "quiet", False))
+    isatty = getattr(ctx.stderr, "isatty", None)
+    bars = not quiet and callable(isatty) and bool(isatty())
+    return Progress(
+        stdout=ctx.stdout,
+        stderr=ctx.stderr,
+        bars=bars,
+        lines=not quiet and ctx.output == "table",
+        slots=args.jobs,
+        problem_prefix=f"{ctx.prog}: error: ",
+    )
+
+
+# --- transfers -------------------------------------------------------------------------------
+
+
+async def _transfer(
+    ctx: Context, args: argparse.Namespace, *, upload: bool, sources: Sequence[str], dest: str
+) -> int:
+    client = _client(ctx)
+    progress = _progress(ctx, args)
+    state_file = paddle_home(ctx.env) / STATE_FILE
+    failure: TransferFailed | None = None
+    options: dict[str, Any] = {
+        "jobs": args.jobs,
+        "overwrite": args.overwrite,
+        "verify": args.verify,
+        "progress": progress,
+        "state_file": state_file,
+    }
+    try:
+        if upload:
+            report = await client.upload(list(sources), dest, args.recursive, **options)
+        else:
+            report = await client.download(list(sources), dest, args.recursive, **options)
+    except TransferFailed as exc:
+        report, failure = exc.report, exc
+    finally:
+        progress.close()
+    _emit_report(ctx, report)
+    if failure is not None:
+        raise failure
+    return 0
+
+
+def _emit_report(ctx: Context, report: TransferReport) -> None:
+    ctx.emit(report.to_dict(), report.summary)
+
+
+async def cp(ctx: Context, args: argparse.Namespace) -> int:
+    sources: list[str] = args.sources
+    dest: str = args.dest
+    remote_sources = [s for s in sources if is_remote(s)]
+    if is_remote(dest):
+        if remote_sources:
+            raise UsageError(
+                f"cp: {remote_sources[0]} and {dest} are both on PFS; cp copies between this machine "
+                f"and PFS (to move or rename within PFS: paddlecloud pfs mv SRC DST)"
+            )
+        return await _transfer(ctx, args, upload=True, sources=sources, dest=dest)
+    if not remote_sources:
+        raise UsageError(
+            "cp: neither side is a PFS path; PFS paths start with /pfs/, or pfs: for a path in "
+            "your home (pfs:data/x)"
+        )
+    if len(remote_sources) != len(sources):
+        local = next(s for s in sources if not is_remote(s))
+        raise UsageError(f"cp: the sources mix PFS paths and local ones ({local}); copy them separately")
+    return await _transfer(ctx, args, upload=False, sources=sources, dest=dest)
+
+
+async def upload(ctx: Context, args: argparse.Namespace) -> int:
+    return await _transfer(ctx, args, upload=True, sources=args.sources, dest=args.dest)
+
+
+async def download(ctx: Context, args: argparse.Namespace) -> int:
+    return await _transfer(ctx, args, upload=False, sources=args.sources, dest=args.dest)
+
+
+# --- listing and housekeeping --------------------------------------------------------------
+
+
+def _mtime(entry: Mapping[str, Any]) -> str:
+    """The entry's mtime in local time to the second; what the server said if unreadable."""
+    value = entry.get("mtime")
+    if not isinstance(value, str):
+        return "-"
+    try:
+        return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return value
+
+
+def _size(entry: Mapping[str, Any]) -> str:
+    size = entry.get("size")
+    return human_size(size) if entry.get("type") == "file" and isinstance(size, int) else "-"
+
+
+def _shown_path(base: str) -> Any:
+    """A listing's paths beneath the listed directory, relative to it; others in full."""
+
+    def get(entry: Mapping[str, Any]) -> str:
+        path = str(entry.get("path", ""))
+        try:
+            shown = relative_to(path, base) or path
+        except ValueError:
+            shown = path
+        shown += TYPE_SUFFIX.get(str(entry.get("type")), "")
+        if entry.get("type") == "symlink" and entry.get("target"):
+            shown += f" -> {entry['target']}"
+        return shown
+
+    return get
+
+
+def ls_table(answer: Mapping[str, Any]) -> str:
+    """A listing as TYPE, SIZE, MODIFIED, PATH rows, paths relative to the listed directory."""
+    base = strip_slash(str(answer.get("path", "")))
+    entries = [e for e in answer.get("entries") or [] if isinstance(e, Mapping)]
+    columns: list[Column] = [
+        ("TYPE", "type"),
+        ("SIZE", _size),
+        ("MODIFIED", _mtime),
+        ("PATH", _shown_path(base)),
+    ]
+    return render_table(entries, columns, empty=f"{base} is empty.")
+
+
+async def ls(ctx: Context, args: argparse.Namespace) -> int:
+    client = _client(ctx)
+    paths: list[str] = args.paths or [""]
+    answers = [await client.pfs_ls(path, recursive=args.recursive) for path in paths]
+
+    def text() -> str:
+        if len(answers) == 1:
+            return ls_table(answers[0])
+        return "\n".join(f"{a.get('path')}:\n{ls_table(a)}" for a in answers)
+
+    ctx.emit(answers[0] if len(answers) == 1 else answers, text)
+    return 0
+
+
+async def rm(ctx: Context, args: argparse.Namespace) -> int:
+    client = _client(ctx)
+    removed: list[str] = []
+    for path in args.paths:
+        resolved = await client.pfs_path(path)
+        try:
+            await client.pfs_rm(resolved, recursive=args.recursive)
+        except ApiError as exc:
+            if exc.status == 404 and args.force:
+                continue
+            if exc.status == 409 and not args.recursive:
+                raise PaddleCloudError(
+                    f"{resolved} is a directory that is not empty; use -r to remove it and everything in it"
+                ) from exc
+            raise
+        removed.append(resolved)
+    ctx.emit({"removed": removed}, lambda: "\n".join(f"removed {p}" for p in removed) or "nothing removed")
+    return 0
+
+
+async def mkdir(ctx: Context, args: argparse.Namespace) -> int:
+    client = _client(ctx)
+    entries = [await client.pfs_mkdir(path, parents=True) for path in args.paths]
+    ctx.emit(
+        entries[0] if len(entries) == 1 else entries,
+        lambda: "\n".join(str(e.get("path")) + "/" for e in entries),
+    )
+    return 0
+
+
+async def mv(ctx: Context, args: argparse.Namespace) -> int:
+    client = _client(ctx)
+    src = await client.pfs_path(args.src)
+    entry = await client.pfs_mv(src, args.dst, overwrite=args.overwrite)
+    ctx.emit(entry, lambda: f"moved {src} -> {entry.get('path')}")
+    return 0
+
+
+STAT_FIELDS: list[Column] = [
+    ("Path", "path"),
+    ("Type", "type"),
+    (
+        "Size",
+        lambda e: f"{human_size(e['size'])} ({e['size']} bytes)" if isinstance(e.get("size"), int) else "-",
+    ),
+    ("Modified", _mtime),
+    ("Mode", "mode"),
+]
+
+
+async def stat(ctx: Context, args: argparse.Namespace) -> int:
+    entry = await _client(ctx).pfs_stat(args.path, checksum=args.checksum)
+    fields = list(STAT_FIELDS)
+    if "target" in entry:
+        fields.append(("Target", "target"))
+    if "sha256" in entry:
+        fields.append(("SHA256", "sha256"))
+    ctx.emit(entry, lambda: render_record(entry, fields))
+    return 0
+
+
+def _limit(row: Mapping[str, Any]) -> str:
+    limit = row.get("limit")
+    return "unlimited" if limit is None else f"{human_size(limit)} ({limit} bytes)"
+
+
+USAGE_FIELDS: list[Column] = [
+    ("User", "user"),
+    ("Used", lambda u: f"{human_size(u.get('bytes') or 0)} ({u.get('bytes')} bytes)"),
+    ("Files", "files"),
+    ("Limit", _limit),
+]
+
+
+async def usage(ctx: Context, args: argparse.Namespace) -> int:
+    answer = await _client(ctx).pfs_usage(args.user)
+    ctx.emit(answer, lambda: render_record(answer, USAGE_FIELDS))
+    return 0
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def _jobs(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not 1 <= number <= 64:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 64, got {number}")
+    return number
+
+
+def add_transfer_flags(parser: ArgumentParser) -> None:
+    add_flag(parser, "recursive", short="-r", action="store_true", help="copy directories and all they hold")
+    add_flag(
+        parser,
+        "jobs",
+        short="-j",
+        type=_jobs,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="files to transfer at once (default: %(default)s)",
+    )
+    add_flag(parser, "quiet", short="-q", action="store_true", help="no progress bars or per-file lines")
+    add_flag(parser, "overwrite", action="store_true", help="replace destination files that differ")
+    add_flag(
+        parser,
+        "no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip the end-to-end sha256 comparison (chunks are still checksummed)",
+    )
+
+
+def _register_cp(tree: CommandTree) -> None:
+    parser = tree.command(
+        "cp",
+        cp,
+        help="copy files and trees between this machine and PFS",
+        description=(
+            "Copy files (and with -r, directory trees) to PFS or from it: the side that is a PFS\n"
+            "path decides the direction. Several files move at once (-j)."
+        ),
+        epilog=CP_EPILOG,
+    )
+    parser.add_argument("sources", nargs="+", metavar="SRC", help="what to copy")
+    parser.add_argument("dest", metavar="DEST", help="where to")
+    add_transfer_flags(parser)
+
+
+def _register_upload(tree: CommandTree, *, aliases: Sequence[str] = ()) -> None:
+    parser = tree.command(
+        "upload",
+        upload,
+        help="upload local files and trees to PFS",
+        description=(
+            "Upload local files (and with -r, directory trees) to PFS; REMOTE may be relative\nto your home."
+        ),
+        epilog=(
+            "examples:\n"
+            "  paddlecloud upload train.csv data/\n"
+            "  paddlecloud upload -r ./dataset /pfs/datacenter1/home/alice/dataset\n"
+            f"\n{TRANSFER_NOTES}\n\n{PATHS_HELP}\n"
+        ),
+        aliases=aliases,
+    )
+    parser.add_argument("sources", nargs="+", metavar="LOCAL", help="local files or directories")
+    parser.add_argument("dest", metavar="REMOTE", help="PFS destination")
+    add_transfer_flags(parser)
+
+
+def _register_download(tree: CommandTree, *, aliases: Sequence[str] = ()) -> None:
+    parser = tree.command(
+        "download",
+        download,
+        help="download PFS files and trees to this machine",
+        description=(
+            "Download PFS files (and with -r, directory trees); REMOTE may be relative to\nyour home."
+        ),
+        epilog=(
+            "examples:\n"
+            "  paddlecloud download output/model.tar.gz .\n"
+            "  paddlecloud download -r /pfs/datacenter1/home/alice/output ./output\n"
+            f"\n{TRANSFER_NOTES}\n\n{PATHS_HELP}\n"
+        ),
+        aliases=aliases,
+    )
+    parser.add_argument("sources", nargs="+", metavar="REMOTE", help="PFS files or directories")
+    parser.add_argument("dest", metavar="LOCAL", help="local destination")
+    add_transfer_flags(parser)
+
+
+def _register_ls(tree: CommandTree) -> None:
+    parser = tree.command(
+        "ls",
+        ls,
+        help="list PFS directories",
+        description="List PFS directories (a file lists itself): type, size, modification time and path.",
+        epilog=LS_EPILOG,
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="what to list (default: your home)")
+    add_flag(parser, "recursive", short="-r", action="store_true", help="list everything beneath, too")
+
+
+def _register_rm(tree: CommandTree) -> None:
+    parser = tree.command(
+        "rm",
+        rm,
+        help="remove PFS files and directories",
+        description="Remove PFS files, empty directories, and with -r directories with all they hold.",
+        epilog=(
+            "examples:\n"
+            "  paddlecloud rm data/old.csv\n"
+            "  paddlecloud rm -r /pfs/datacenter1/home/alice/tmp\n"
+            f"\n{PATHS_HELP}\n"
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="what to remove")
+    add_flag(
+        parser, "recursive", short="-r", action="store_true", help="remove directories and all they hold"
+    )
+    add_flag(parser, "force", short="-f", action="store_true", help="no error for paths that do not exist")
+
+
+def _register_mkdir(tree: CommandTree) -> None:
+    parser = tree.command(
+        "mkdir",
+        mkdir,
+        help="make PFS directories",
+        description="Make PFS directories, with their parents; existing ones are fine.",
+        epilog=(
+            "examples:\n"
+            "  paddlecloud mkdir data/raw data/clean\n"
+            "  paddlecloud mkdir /pfs/datacenter1/home/alice/output\n"
+            f"\n{PATHS_HELP}\n"
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="directories to make")
+    add_flag(parser, "parents", short="-p", action="store_true", help="accepted for habit's sake: always on")
+
+
+def register(tree: CommandTree) -> None:
+    pfs = tree.group(
+        "pfs",
+        help="files on PFS: cp, ls, rm, mkdir, mv, stat, usage, upload, download",
+        description=(
+            "Files on PFS, the platform's file system that jobs read their data from and write\n"
+            "their output to. `paddlecloud file ...` is the same group (with put and get, as the\n"
+            "original client had them); cp, ls, rm, mkdir, upload and download also work at\n"
+            "the top level."
+        ),
+        epilog=(
+            "examples:\n"
+            "  paddlecloud pfs cp -r ./dataset pfs:data/\n"
+            "  paddlecloud pfs ls -r data\n"
+            "  paddlecloud file put train.csv /pfs/datacenter1/home/alice/data/\n"
+            "  paddlecloud pfs usage\n"
+            f"\n{PATHS_HELP}\n"
+        ),
+        aliases=["file"],
+    )
+    for level in (pfs, tree):
+        _register_cp(level)
+        _register_ls(level)
+        _register_rm(level)
+        _register_mkdir(level)
+    # `file put|get` are the original client's spellings of upload and download.
+    _register_upload(pfs, aliases=["put"])
+    _register_download(pfs, aliases=["get"])
+    _register_upload(tree)
+    _register_download(tree)
+
+    move = pfs.command(
+        "mv",
+        mv,
+        help="move or rename within PFS",
+        epilog="examples:\n  paddlecloud pfs mv data/raw data/archive/raw-2026\n",
+    )
+    move.add_argument("src", metavar="SRC")
+    move.add_argument("dst", metavar="DST")
+    add_flag(move, "overwrite", action="store_true", help="replace an existing file at DST")
+
+    info = pfs.command(
+        "stat",
+        stat,
+        help="show one PFS entry",
+        epilog="examples:\n  paddlecloud pfs stat data/train.csv --checksum\n",
+    )
+    info.add_argument("path", metavar="PATH")
+    add_flag(info, "checksum", action="store_true", help="also show a file's sha256")
+
+    used = pfs.command(
+        "usage",
+        usage,
+        help="show the storage your home uses, and its limit",
+        epilog="examples:\n  paddlecloud pfs usage\n  paddlecloud pfs usage bob   # admins only\n",
+    )
+    used.add_argument("user", nargs="?", metavar="USER", help="another user's home (admins only)")
