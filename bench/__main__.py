@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("gateway",)
+BENCHMARKS = ("gateway", "pfs")
 
 
 def main() -> int:

@@ -96,6 +96,7 @@ class AsyncClient:
         self.endpoint = endpoint.rstrip("/")
         self.username = username
         self.datacenter = datacenter
+        self._home: str | None = None
         self._password = password
         self._token = token
         self._token_loaded = token is not None
@@ -217,10 +218,25 @@ class AsyncClient:
             self.username = user
         return self.username
 
+    async def pfs_home(self) -> str:
+        """Your PFS home as the server names it; relative PFS paths are beneath it.
+
+        The server's own datacenter name wins over the one in the client config, which is
+        only a label (two users of one platform need two entries with different names).
+        """
+        if self._home is None:
+            home = (await self.whoami()).get("home")
+            if isinstance(home, str) and home.startswith("/pfs/") and home.count("/") == 4:
+                self._home = home
+            else:  # a server that does not say: fall back to the config's name
+                self._home = pfspaths.home_of(self.datacenter or "", await self.pfs_user())
+        return self._home
+
     async def pfs_path(self, path: str) -> str:
         """The absolute PFS path `path` names (see the class's note on relative paths)."""
         if pfspaths.needs_home(path):
-            return pfspaths.resolve(path, self.datacenter, await self.pfs_user())
+            _, _, datacenter, _, user = (await self.pfs_home()).split("/")
+            return pfspaths.resolve(path, datacenter, user)
         return pfspaths.resolve(path, None, None)
 
     async def pfs_ls(self, path: str = "", recursive: bool = False) -> dict[str, Any]:

@@ -123,15 +123,16 @@ class _ChunkReader:
     """
 
     def __init__(self, path: Path) -> None:
-        self._file: BinaryIO = open(path, "rb")
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     def read(self, offset: int, size: int) -> tuple[bytes, str]:
-        self._file.seek(offset)
-        data = self._file.read(size)
+        # pread: the next chunk is read ahead while this one is sent, and a retry may read
+        # again meanwhile, so no shared file position.
+        data = os.pread(self._fd, size, offset)
         return data, chunk_checksum(data)
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)
 
 
 class _PartWriter:
@@ -161,6 +162,12 @@ class _PartWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+async def _settled(task: asyncio.Task[Any]) -> None:
+    """Wait for `task` to end, whatever its outcome; its result is not wanted."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(task)
 
 
 def _hash_prefix(path: Path, size: int, on_bytes: Callable[[int], None] | None) -> Any:
@@ -601,8 +608,11 @@ class Transfers:
 
         url, offset, sha = await self._resume_upload(key, task, size)
         if url is None:
-            if self.verify and sha is None:
-                sha = local_sha or await self._hash(task.local, task.label, size)
+            # No pass over the file before sending: the server verifies every chunk on
+            # arrival (Upload-Checksum), the whole file's sha256 is worked out from the
+            # chunks as they go, and compared with the server's at the end. A sha256
+            # already known (the file was compared with an existing one) is given up front.
+            sha = local_sha
             url = await self._create_upload(task.remote, size, sha, task.local.name)
             await asyncio.to_thread(
                 self.state.put,
@@ -614,12 +624,11 @@ class Transfers:
         if offset:
             self.progress.expect(-offset)
             self.progress.note(f"resuming {task.label} at {human_size(offset)} of {human_size(size)}")
-        server_sha = await self._send_chunks(url, task, size, offset)
+        server_sha, sent_sha = await self._send_chunks(url, task, size, offset)
         if self.verify:
             if server_sha is None:
                 server_sha = await self._remote_sha256(task.remote)
-            if sha is None:
-                sha = await self._hash(task.local, task.label, size)
+            sha = sha or sent_sha or await self._hash(task.local, task.label, size)
             if server_sha != sha:
                 raise TransferError(
                     f"{task.remote}: sha256 on PFS ({server_sha}) differs from {task.local}'s ({sha}) "
@@ -692,17 +701,49 @@ class Transfers:
             raise TransferError(f"{url}: the server's HEAD answer has no Upload-Offset")
         return int(offset), int(length) if length and length.isdigit() else None
 
-    async def _send_chunks(self, url: str, task: _UploadTask, size: int, offset: int) -> str | None:
-        """PATCH the file from `offset` to its end; the server's sha256 of the finished file if it said."""
+    async def _send_chunks(
+        self, url: str, task: _UploadTask, size: int, offset: int
+    ) -> tuple[str | None, str | None]:
+        """PATCH the file from `offset` to its end.
+
+        Returns the server's sha256 of the finished file (if it said) and the sha256 of
+        what was sent (None if `verify` is off), computed from the chunks in hand plus,
+        when resuming, the part sent before.
+        """
         server_sha: str | None = None
         bar = self.progress.file(task.label, size, offset)
         reader = await asyncio.to_thread(_ChunkReader, task.local)
+        whole = await asyncio.to_thread(_hash_prefix, task.local, offset, None) if self.verify else None
+        hashed = offset  # `whole` covers the file's bytes before this offset
+        ahead: tuple[int, asyncio.Task[tuple[bytes, str]]] | None = None
+
+        def read(at: int) -> asyncio.Task[tuple[bytes, str]]:
+            length = min(self.chunk_size, size - at)
+            return asyncio.create_task(asyncio.to_thread(reader.read, at, length), name="pfs-read-ahead")
+
+        def acknowledged(at: int, data: bytes, upto: int) -> None:
+            nonlocal hashed, whole
+            if whole is None:
+                return
+            if hashed == at and at <= upto <= at + len(data):
+                whole.update(memoryview(data)[: upto - at])
+                hashed = upto
+            elif upto > hashed:
+                whole = None  # a gap we did not see; hash the file at the end instead
+
         try:
             attempt = 0
             while offset < size:
-                data, checksum = await asyncio.to_thread(
-                    reader.read, offset, min(self.chunk_size, size - offset)
-                )
+                if ahead is not None and ahead[0] == offset:
+                    pending = ahead[1]
+                else:
+                    if ahead is not None:  # read for an offset we no longer need
+                        await _settled(ahead[1])
+                    pending = read(offset)
+                data, checksum = await pending
+                # Read the next chunk from disk while this one travels.
+                following = offset + len(data)
+                ahead = (following, read(following)) if data and following < size else None
                 if not data:
                     raise TransferError(f"{task.local} shrank while it was being uploaded")
                 headers = {
@@ -720,6 +761,7 @@ class Transfers:
                     current = await self._recover(url, task, offset, exc, attempt)
                     if current > offset:
                         bar.update(current - offset)  # kept from the broken PATCH
+                        acknowledged(offset, data, current)
                     offset = current
                     continue
                 if new_offset is None or not new_offset.isdigit() or int(new_offset) <= offset:
@@ -727,13 +769,19 @@ class Transfers:
                         f"{url}: the server acknowledged the chunk without a new Upload-Offset"
                     )
                 bar.update(int(new_offset) - offset)
+                acknowledged(offset, data, int(new_offset))
                 offset = int(new_offset)
                 attempt = 0
                 self._chunk_done()
         finally:
+            if ahead is not None:
+                # Not cancelled: that would not stop its thread, which could then read
+                # from the descriptor closed below. A read is short; let it finish.
+                await _settled(ahead[1])
             reader.close()
             bar.close()
-        return server_sha
+        sent = whole.hexdigest() if whole is not None and hashed == size else None
+        return server_sha, sent
 
     async def _recover(
         self, url: str, task: _UploadTask, offset: int, exc: PaddleCloudError, attempt: int

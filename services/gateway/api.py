@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from paddlecloud import __version__
 from paddlecloud.common import errors
-from paddlecloud.common.keys import IDENTITY, STORE
+from paddlecloud.common.keys import CONFIG, IDENTITY, STORE
 from paddlecloud.common.quantity import (
     QuantityError,
     format_bytes,
@@ -166,11 +166,16 @@ async def delete_token(request: web.Request) -> web.Response:
 
 async def whoami(request: web.Request) -> web.Response:
     session = request[SESSION]
+    datacenter = request.app[CONFIG].pfs.datacenter
     return json_response(
         {
             "user": session.identity.user,
             "admin": session.identity.admin,
             "expires_at": session.expires_at.isoformat(),
+            # Clients resolve paths relative to the home with these, whatever they
+            # named this datacenter in their own config.
+            "datacenter": datacenter,
+            "home": f"/pfs/{datacenter}/home/{session.identity.user}",
         }
     )
 

@@ -57,6 +57,11 @@ def test_first_run_cli_supervision_and_clean_stop(server_factory, tmp_path) -> N
     )
     whoami = json.loads(server.cli("--datacenter", "as-alice", "-o", "json", "whoami").stdout)
     assert (whoami["user"], whoami["admin"]) == ("alice", False)
+    assert whoami["home"] == "/pfs/datacenter1/home/alice"
+    # Relative PFS paths land in the home the server names, whatever the config entry is called.
+    server.cli("--datacenter", "as-alice", "mkdir", "data")
+    listing = json.loads(server.cli("--datacenter", "as-alice", "-o", "json", "ls").stdout)
+    assert [e["path"] for e in listing["entries"]] == ["/pfs/datacenter1/home/alice/data"]
     refused = server.cli("--datacenter", "as-alice", "users", "list", check=False)
     assert refused.returncode == 1
     assert len(refused.stderr.strip().splitlines()) == 1 and "request id" in refused.stderr

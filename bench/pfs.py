@@ -1,0 +1,175 @@
+"""1 GiB up and down through gateway and pfs with the CLI, against this machine's ceilings.
+
+Baselines, measured in the same run on the same disk: a bare aiohttp handler that
+streams the body to a file and fsyncs it (the upload ceiling), a bare `FileResponse`
+read by a plain aiohttp client (the download ceiling), and `cp`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+SIZE = 2**30
+CHUNK = 1 << 20
+
+
+def make_source(path: Path) -> str:
+    """A file of SIZE random bytes, and its sha256."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for _ in range(SIZE // CHUNK):
+            piece = os.urandom(CHUNK)
+            f.write(piece)
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def drop_caches_for(path: Path) -> None:
+    """Evict the file from the page cache so each run reads it from the same starting point."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def bare_ceiling(source: Path, workdir: Path) -> tuple[float, float]:
+    """Seconds to upload to, and download from, bare aiohttp handlers on loopback."""
+    target = workdir / "bare-upload"
+
+    async def sink(request: web.Request) -> web.Response:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            async for chunk in request.content.iter_any():
+                os.write(fd, chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return web.Response(status=204)
+
+    async def serve(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(source)
+
+    app = web.Application(client_max_size=0)
+    app.router.add_put("/sink", sink)
+    app.router.add_get("/file", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def body():  # type: ignore[no-untyped-def]
+                with open(source, "rb") as f:
+                    while piece := f.read(CHUNK):
+                        yield piece
+
+            drop_caches_for(source)
+            start = time.perf_counter()
+            async with session.put(
+                f"http://127.0.0.1:{port}/sink", data=body(), headers={"Content-Length": str(SIZE)}
+            ) as resp:
+                assert resp.status == 204
+            up = time.perf_counter() - start
+            drop_caches_for(source)
+            start = time.perf_counter()
+            out = workdir / "bare-download"
+            with open(out, "wb") as f:
+                async with session.get(f"http://127.0.0.1:{port}/file") as resp:
+                    async for chunk in resp.content.iter_chunked(CHUNK):
+                        f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            down = time.perf_counter() - start
+    finally:
+        await runner.cleanup()
+    return up, down
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(CHUNK):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("PADDLECLOUD_BENCH_DIR")) as tmp:
+        work = Path(tmp)
+        source = work / "source.bin"
+        expected = make_source(source)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
+        env["HOME"] = str(work / "home")
+        cli = [sys.executable, "-m", "paddlecloud"]
+
+        drop_caches_for(source)
+        cp_seconds = timed(["sh", "-c", f"cp {source} {work / 'cp-copy'} && sync {work / 'cp-copy'}"], env)
+        bare_up, bare_down = asyncio.run(bare_ceiling(source, work))
+
+        server = subprocess.Popen(
+            [*cli, "server", "--data-dir", str(work / "data"), "--port", "0"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert server.stdout is not None
+            for line in server.stdout:
+                if line.startswith("Press Ctrl-C"):
+                    break
+            subprocess.run([*cli, "login"], env=env, check=True, stdout=subprocess.DEVNULL)
+            remote = "/pfs/datacenter1/home/admin/bench.bin"
+            drop_caches_for(source)
+            cli_up = timed([*cli, "cp", "-q", str(source), remote], env)
+            stored = work / "data" / "pfs" / "home" / "admin" / "bench.bin"
+            assert sha256_of(stored) == expected, "uploaded bytes differ"
+            drop_caches_for(stored)
+            downloaded = work / "downloaded.bin"
+            cli_down = timed([*cli, "cp", "-q", remote, str(downloaded)], env)
+            assert sha256_of(downloaded) == expected, "downloaded bytes differ"
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=60)
+
+    def rate(seconds: float) -> float:
+        return SIZE / seconds / 1e6
+
+    print(f"1 GiB of random bytes, page cache dropped before each read; {shutil.which('cp')}")
+    print(f"{'':48}{'MB/s':>8}{'ratio':>10}")
+    rows = [
+        ("cp + sync", cp_seconds, None),
+        ("upload: bare aiohttp handler + fsync (ceiling)", bare_up, None),
+        ("upload: CLI -> gateway -> pfs (tus, sha256)", cli_up, bare_up),
+        ("download: bare FileResponse (ceiling)", bare_down, None),
+        ("download: CLI <- gateway <- pfs (verified)", cli_down, bare_down),
+    ]
+    for name, seconds, baseline in rows:
+        ratio = f"{baseline / seconds:.2f}x" if baseline else ""
+        print(f"{name:48}{rate(seconds):>8.0f}{ratio:>10}")
+    print("aim: upload >= 0.60x of its ceiling, download >= 0.70x of its ceiling")
+
+
+if __name__ == "__main__":
+    main()
