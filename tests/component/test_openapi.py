@@ -5,7 +5,7 @@ from __future__ import annotations
 from openapi_spec_validator import validate
 
 from paddlecloud import __version__
-from paddlecloud.gateway.app import create_app
+from paddlecloud.gateway.app import ROUTES, create_app
 from paddlecloud.gateway.openapi import openapi_document
 from support import make_config
 
@@ -27,9 +27,11 @@ def test_document_matches_the_gateways_own_routes(tmp_path) -> None:
             routes.add((route.method.lower(), path.removeprefix("/api/v1")))
     # aiohttp answers HEAD wherever it answers GET; that is no API of its own.
     routes -= {("head", path) for method, path in routes if method == "get"}
+    proxied = tuple(prefix.removeprefix("/api/v1") for prefix, _ in ROUTES)
     documented = {
         (method, path)
         for path, item in openapi_document()["paths"].items()
+        if not path.startswith(proxied)
         for method in item
         if method in METHODS
     }
@@ -45,3 +47,29 @@ async def test_document_is_served(tmp_path, aiohttp_client) -> None:
     resp = await client.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {token}"})
     assert resp.status == 200
     assert (await resp.json())["openapi"].startswith("3.")
+
+
+def test_document_lists_exactly_the_pfs_services_routes(tmp_path) -> None:
+    from paddlecloud.pfs.app import create_app as create_pfs
+
+    app = create_pfs(make_config(tmp_path))
+    routes = set()
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource else ""
+        if not path.startswith("/api/v1/pfs"):
+            continue
+        path = path.removeprefix("/api/v1")
+        if route.method == "*":  # the tus endpoints dispatch on the method themselves
+            methods = {"head", "patch", "delete"} if "{" in path else {"options", "post"}
+            routes |= {(m, path) for m in methods}
+        elif route.method.lower() in METHODS:
+            routes.add((route.method.lower(), path))
+    routes -= {("head", path) for method, path in routes if method == "get"}
+    documented = {
+        (method, path)
+        for path, item in openapi_document()["paths"].items()
+        if path.startswith("/pfs")
+        for method in item
+        if method in METHODS
+    }
+    assert routes == documented
