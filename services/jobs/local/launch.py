@@ -1,0 +1,94 @@
+"""Worker launcher: `python -m paddlecloud.jobs.local.launch SUPERVISOR_PID ARGV...`.
+
+The supervisor starts every worker through this small process, which leads the
+worker's process group and stays its parent:
+
+- It asks the kernel for SIGHUP when the supervisor dies (PR_SET_PDEATHSIG, Linux),
+  even by SIGKILL, and then SIGKILLs its whole process group: a supervisor that cannot
+  stop its workers any more still takes them down. Only processes that left the group
+  (`setsid`) escape.
+- It is a child subreaper (PR_SET_CHILD_SUBREAPER), so what the worker spawns stays
+  below it: `/bin/sh -c` (Debian's dash does not exec a lone command) and the program
+  under it. On a stop (SIGTERM to the group, which every member gets) it exits only once
+  all of them have, so the supervisor's grace period covers the real program, not just
+  the shell in front of it.
+- It exits with the status of ARGV (death by signal N as death by signal N), so the
+  supervisor sees the program's own exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import sys
+from types import FrameType
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def main(argv: list[str]) -> int:
+    """Start ARGV under this process and wait for it; its exit status is ours."""
+    if len(argv) < 2:
+        print("usage: python -m paddlecloud.jobs.local.launch SUPERVISOR_PID ARGV...", file=sys.stderr)
+        return 2
+    supervisor_pid = int(argv[0])
+    stopping = False
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True  # the whole group got the signal; the program decides what to do
+
+    def on_parent_death(signum: int, frame: FrameType | None) -> None:
+        if os.getppid() != supervisor_pid:
+            os.killpg(0, signal.SIGKILL)
+
+    # Handlers, not SIG_IGN: the kernel resets handled signals to their default on exec,
+    # so the program starts with the dispositions it expects.
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_parent_death)
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+    # The supervisor may have died before the death signal was armed.
+    if os.getppid() != supervisor_pid:
+        return 1
+    try:
+        child = os.posix_spawnp(argv[1], argv[1:], os.environ)
+    except OSError as exc:
+        print(f"paddlecloud: cannot run {argv[1]}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+    status: int | None = None
+    while True:
+        try:
+            pid, wait_status = os.wait()
+        except ChildProcessError:
+            break  # nothing of the worker is left
+        if pid == child:
+            status = wait_status
+        if status is not None and not stopping:
+            break  # it finished on its own; the supervisor sweeps what it left in the group
+    return _exit_like(status)
+
+
+def _exit_like(status: int | None) -> int:
+    if status is None:
+        return 1
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        # Die of the same signal, without writing a core of this launcher.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,249 @@
+"""Launch plans for the local backend: which processes a job runs, with which environment.
+
+`build_plan` is pure: it turns a job into a `Plan` that the supervisor
+(`paddlecloud.jobs.local.supervisor`) reads from `JOB_DIR/plan.json`.
+
+How the runtime contract (DESIGN §4) maps onto one machine:
+
+- Every host is `host` (127.0.0.1); parameter servers differ by port. The fleet-style
+  `PADDLE_PSERVERS_IP_PORT_LIST` (`127.0.0.1:p0,127.0.0.1:p1`) is the reliable endpoint
+  list here.
+- Paddle v1/v2 names a list of hosts sharing one port. A v1 *trainer* therefore sees
+  the same host repeated (`PADDLE_INIT_PSERVERS=127.0.0.1,127.0.0.1`) and the port of
+  pserver-0 in `PADDLE_INIT_PORT`: with more than one parameter server it can reach only
+  the first. A v1 *parameter server* gets its own port in `PADDLE_INIT_PORT`, so it
+  listens where the supervisor waits for it; without parameter servers it is empty.
+  `PADDLE_INIT_PORTS_NUM` is 1 and
+  `PADDLE_INIT_PORTS_NUM_FOR_SPARSE` is 0: one port per server is all that is allocated.
+- `PADDLE_INIT_TRAINER_COUNT` keeps its v1 meaning, threads or devices per trainer
+  process (`devices_per_trainer`), not the number of trainers (that is `TRAINERS`).
+- `NAMESPACE` is set and empty: there is no Kubernetes namespace on this backend, and a
+  program that tests it learns exactly that.
+- `TRAINER_ID`, `PADDLE_INIT_TRAINER_ID` and `PADDLE_TRAINER_ID` are the worker's index
+  within its role, for parameter servers too (as Kubeflow's PaddleJob does); a trainer's
+  id never changes across restarts because the plan, not the launch order, fixes it.
+- The PyTorch names are given to trainers only (a parameter server with `WORLD_SIZE`
+  would join a process group it is not part of). Every trainer is on this one machine,
+  so `LOCAL_RANK` = `RANK` and `LOCAL_WORLD_SIZE` = `WORLD_SIZE`.
+- `PADDLE_NNODES` counts trainer processes and `PADDLE_MASTER` is the same rendezvous
+  endpoint as `MASTER_ADDR:MASTER_PORT`; `PADDLE_JOB_ID` is the job's name.
+- The user's `env` may not redefine a contract variable (`RESERVED_ENV`): the platform's
+  values are what the training program must be able to rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from ..contract import (
+    RESERVED_ENV,
+)
+
+DEFAULT_GRACE_SECONDS = 10.0
+DEFAULT_PORT_TIMEOUT_SECONDS = 120.0
+DEFAULT_RESTART_DELAY_SECONDS = 1.0
+
+
+class Role(StrEnum):
+    PSERVER = "PSERVER"
+    TRAINER = "TRAINER"
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One process of the job. `cwd` is the job package; the supervisor runs the worker in
+    its own mirror of it (see the supervisor's module docstring)."""
+
+    name: str
+    role: Role
+    index: int
+    argv: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str]
+    host: str = "127.0.0.1"
+    port: int | None = None  # parameter servers: where the supervisor waits for them
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["role"] = self.role.value
+        data["argv"] = list(self.argv)
+        data["env"] = dict(self.env)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Worker:
+        return cls(
+            name=str(data["name"]),
+            role=Role(data["role"]),
+            index=int(data["index"]),
+            argv=tuple(str(a) for a in data["argv"]),
+            cwd=str(data["cwd"]),
+            env={str(k): str(v) for k, v in data["env"].items()},
+            host=str(data.get("host", "127.0.0.1")),
+            port=None if data.get("port") is None else int(data["port"]),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the supervisor needs to run one job; round-trips through JSON."""
+
+    job_name: str
+    workers: tuple[Worker, ...]
+    max_restarts: int
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS
+    restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS
+
+    @property
+    def pservers(self) -> tuple[Worker, ...]:
+        return tuple(w for w in self.workers if w.role is Role.PSERVER)
+
+    @property
+    def trainers(self) -> tuple[Worker, ...]:
+        return tuple(w for w in self.workers if w.role is Role.TRAINER)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_name": self.job_name,
+            "workers": [w.to_dict() for w in self.workers],
+            "max_restarts": self.max_restarts,
+            "grace_seconds": self.grace_seconds,
+            "port_timeout_seconds": self.port_timeout_seconds,
+            "restart_delay_seconds": self.restart_delay_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        return cls(
+            job_name=str(data["job_name"]),
+            workers=tuple(Worker.from_dict(w) for w in data["workers"]),
+            max_restarts=int(data["max_restarts"]),
+            grace_seconds=float(data.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
+            port_timeout_seconds=float(data.get("port_timeout_seconds", DEFAULT_PORT_TIMEOUT_SECONDS)),
+            restart_delay_seconds=float(data.get("restart_delay_seconds", DEFAULT_RESTART_DELAY_SECONDS)),
+        )
+
+
+def build_plan(
+    *,
+    job_name: str,
+    user: str,
+    datacenter: str,
+    pfs_home: str,
+    output: str,
+    package_dir: str,
+    entry: str,
+    trainers: int,
+    pservers: int,
+    passes: int,
+    env: Mapping[str, str],
+    use_gpu: bool,
+    max_restarts: int,
+    ports: Sequence[int],
+    trainer_ports: Sequence[int],
+    master_port: int,
+    host: str = "127.0.0.1",
+    devices_per_trainer: int = 1,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS,
+    restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS,
+) -> Plan:
+    """The launch plan for a job: parameter servers first, then trainers, each with the
+    complete runtime contract of DESIGN §4 plus the user's `env`.
+
+    `ports` holds one free port per parameter server, `trainer_ports` one per trainer
+    (their fleet endpoints) and `master_port` the PyTorch/Kubeflow rendezvous port; the
+    caller allocates them all. Raises ValueError on inconsistent counts or on a user
+    variable that would override the contract.
+    """
+    if trainers < 1:
+        raise ValueError(f"trainers must be at least 1, not {trainers}")
+    if pservers < 0:
+        raise ValueError(f"pservers must not be negative, not {pservers}")
+    if len(ports) != pservers:
+        raise ValueError(f"need one port per parameter server: {pservers} pservers, {len(ports)} ports")
+    if len(trainer_ports) != trainers:
+        raise ValueError(f"need one port per trainer: {trainers} trainers, {len(trainer_ports)} ports")
+    clashes = sorted(RESERVED_ENV & env.keys())
+    if clashes:
+        raise ValueError(f"env may not set variables of the runtime contract: {', '.join(clashes)}")
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must not be negative, not {max_restarts}")
+
+    pserver_endpoints = [f"{host}:{port}" for port in ports]
+    trainer_endpoints = [f"{host}:{port}" for port in trainer_ports]
+    shared = {
+        "PADDLE_JOB_NAME": job_name,
+        "PADDLE_CLOUD_CURRENT_DATACENTER": datacenter,
+        "PADDLE_CLOUD_USER": user,
+        "PADDLE_CLOUD_PFS_HOME": pfs_home,
+        "PADDLE_CLOUD_OUTPUT": output,
+        "TRAINERS": str(trainers),
+        "PSERVERS": str(pservers),
+        "ENTRY": entry,
+        "TRAINER_PACKAGE": package_dir,
+        "NAMESPACE": "",
+        "PADDLE_INIT_NUM_GRADIENT_SERVERS": str(trainers),
+        "PADDLE_INIT_PSERVERS": ",".join(host for _ in ports),
+        "PADDLE_INIT_PORTS_NUM": "1",
+        "PADDLE_INIT_PORTS_NUM_FOR_SPARSE": "0",
+        "PADDLE_INIT_TRAINER_COUNT": str(devices_per_trainer),
+        "PADDLE_INIT_NUM_PASSES": str(passes),
+        "PADDLE_INIT_USE_GPU": "1" if use_gpu else "0",
+        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(pserver_endpoints),
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(trainer_endpoints),
+        "PADDLE_TRAINERS_NUM": str(trainers),
+        "POD_IP": host,
+        "PADDLE_JOB_ID": job_name,
+        "PADDLE_NNODES": str(trainers),
+        "PADDLE_SERVER_NUM": str(pservers),
+        "PADDLE_TRAINER_NUM": str(trainers),
+        "PADDLE_MASTER": f"{host}:{master_port}",
+    }
+    argv = ("/bin/sh", "-c", entry)
+
+    def worker(role: Role, index: int, own_port: int, v1_port: int | None) -> Worker:
+        own = {
+            "TRAINING_ROLE": role.value,
+            "TRAINER_ID": str(index),
+            "PADDLE_INIT_TRAINER_ID": str(index),
+            "PADDLE_TRAINER_ID": str(index),
+            "PADDLE_INIT_PORT": "" if v1_port is None else str(v1_port),
+            "PADDLE_CURRENT_ENDPOINT": f"{host}:{own_port}",
+            "PADDLE_PORT": str(own_port),
+        }
+        if role is Role.TRAINER:
+            own |= {
+                "MASTER_ADDR": host,
+                "MASTER_PORT": str(master_port),
+                "WORLD_SIZE": str(trainers),
+                "RANK": str(index),
+                "LOCAL_RANK": str(index),
+                "LOCAL_WORLD_SIZE": str(trainers),
+            }
+        return Worker(
+            name=f"{role.value.lower()}-{index}",
+            role=role,
+            index=index,
+            argv=argv,
+            cwd=package_dir,
+            env={**env, **shared, **own},
+            host=host,
+            port=own_port if role is Role.PSERVER else None,
+        )
+
+    first_pserver_port = ports[0] if ports else None
+    workers = [worker(Role.PSERVER, i, port, port) for i, port in enumerate(ports)]
+    workers += [worker(Role.TRAINER, i, port, first_pserver_port) for i, port in enumerate(trainer_ports)]
+    return Plan(
+        job_name=job_name,
+        workers=tuple(workers),
+        max_restarts=max_restarts,
+        grace_seconds=grace_seconds,
+        port_timeout_seconds=port_timeout_seconds,
+        restart_delay_seconds=restart_delay_seconds,
+    )

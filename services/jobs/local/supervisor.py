@@ -1,0 +1,513 @@
+"""The per-job supervisor of the local backend: `python -m paddlecloud.jobs.local.supervisor JOB_DIR`.
+
+It reads `JOB_DIR/plan.json` (a `Plan`), starts the parameter servers, waits until each
+accepts TCP connections, starts the trainers, restarts failed workers up to
+`max_restarts` each, and exits once the job is final. What it leaves behind:
+
+- `state.json`: the job's and every worker's state, replaced atomically on each change;
+- `events.jsonl`: one line per notable event (`time`, `type`, `reason`, `message`);
+- `logs/<worker>.log`: the worker's stdout and stderr, restarts marked by a line;
+- `supervisor.log`: its own output (its stdout and stderr are redirected there, so it
+  outlives a jobs service that started it with pipes).
+
+Working directories. DESIGN §4 wants the job package as the working directory *and*
+per-trainer `trainer_id`/`trainer_count` files in it; several trainers on one machine
+cannot share one directory for that. Each worker therefore runs in
+`JOB_DIR/work/<worker>/`, filled with a symlink to every top-level entry of the package
+plus its own two files (a package's own `trainer_id`/`trainer_count` are shadowed).
+Relative paths into the package, `python train.py` and sibling imports work as before.
+Trade-offs: a new top-level file a worker creates stays private to it, whereas writes
+into existing package entries go through the symlinks to the shared package (as with
+a shared volume on Kubernetes); `os.getcwd()` is the worker directory, not
+`TRAINER_PACKAGE`; entries added to the package after the start are not seen. A copy
+would isolate writes completely, at the cost of copying data sets once per worker.
+
+Processes. Each worker is its own session and process group, led by
+`paddlecloud.jobs.local.launch`, which stays the parent of everything the worker runs
+and SIGKILLs the group if the supervisor dies, even by SIGKILL (PR_SET_PDEATHSIG). A
+worker is stopped with SIGTERM to its group, `grace_seconds`, then SIGKILL to the group;
+once a worker has finished on its own, whatever it left in its group is SIGKILLed.
+Workers get the plan's environment over a short list of the supervisor's own variables
+(`PATH`, `HOME`, locale...), never the rest of it, which belongs to the jobs service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .plan import Plan, Role, Worker
+
+PORT_POLL_SECONDS = 0.1
+MAX_RESTART_DELAY_SECONDS = 30.0
+INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+_SIGNAL_REASONS = {
+    signal.SIGKILL: "killed, often out of memory — raise -memory",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGABRT: "abort",
+    signal.SIGFPE: "floating point exception",
+}
+
+
+class JobState(StrEnum):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+class WorkerState(StrEnum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+_FINAL_WORKER_STATES = {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.KILLED}
+
+
+def exit_status(returncode: int) -> int:
+    """A process's status as a shell reports it: death by signal N becomes 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe_exit(status: int) -> str:
+    """`exited with 137 (killed, often out of memory — raise -memory)` and the like."""
+    text = f"exited with {status}"
+    if status > 128:
+        try:
+            sig = signal.Signals(status - 128)
+        except ValueError:
+            return text
+        return f"{text} ({_SIGNAL_REASONS.get(sig, f'terminated by {sig.name}')})"
+    return text
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class WorkerStatus:
+    """What state.json says about one worker."""
+
+    name: str
+    role: Role
+    index: int
+    host: str
+    state: WorkerState = WorkerState.PENDING
+    restarts: int = 0
+    pid: int | None = None
+    started_at: str | None = None
+    exit_code: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role.value,
+            "index": self.index,
+            "state": self.state.value,
+            "restarts": self.restarts,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "exit_code": self.exit_code,
+            "host": self.host,
+        }
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` durably: temporary file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def prepare_workdir(workdir: Path, package: Path, *, trainer_id: int, trainer_count: int) -> None:
+    """Mirror `package` in `workdir` with symlinks and add the worker's own id files."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    own = {"trainer_id": str(trainer_id), "trainer_count": str(trainer_count)}
+    with os.scandir(package) as entries:
+        for entry in entries:
+            link = workdir / entry.name
+            if entry.name not in own and not link.is_symlink():
+                link.symlink_to(Path(entry.path).absolute())
+    for name, value in own.items():
+        write_atomically(workdir / name, value + "\n")
+
+
+class JobSupervisor:
+    """Runs one job's plan to a final state; `run()` returns that state."""
+
+    def __init__(self, job_dir: Path, plan: Plan) -> None:
+        self._job_dir = job_dir
+        self._plan = plan
+        self._logs = job_dir / "logs"
+        self._state = JobState.RUNNING
+        self._reason = "starting"
+        self._started_at = _now()
+        self._finished_at: str | None = None
+        self._workers = {
+            w.name: WorkerStatus(name=w.name, role=w.role, index=w.index, host=w.host) for w in plan.workers
+        }
+        self._ready = {w.name: asyncio.Event() for w in plan.pservers}
+        self._port_deadline = 0.0
+        # Where a worker that is stopped, not failed, ends: KILLED unless the job succeeded.
+        self._stopped_as = WorkerState.KILLED
+
+    # -- the job ---------------------------------------------------------------------
+
+    async def run(self) -> JobState:
+        """Run the job until it is final or SIGTERM/SIGINT arrives; no worker survives it."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self._logs.mkdir(parents=True, exist_ok=True)
+        self._event("Normal", "JobRunning", f"supervisor {os.getpid()} started the job")
+        self._write_state()
+        job = asyncio.create_task(self._run_job(), name="local-job")
+        stopping = asyncio.create_task(stop.wait(), name="local-job-stop-signal")
+        await asyncio.wait({job, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if job.done():
+            try:
+                state, reason = job.result()
+            except Exception as exc:  # a bug here must still end the job cleanly, and say so
+                state, reason = JobState.FAILED, f"supervisor error: {exc!r}"
+        else:
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+            state, reason = JobState.KILLED, "killed: the supervisor was told to stop"
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        self._finish(state, reason)
+        return state
+
+    async def _run_job(self) -> tuple[JobState, str]:
+        """Parameter servers, then trainers once every server accepts connections."""
+        for worker in self._plan.workers:
+            prepare_workdir(
+                self._workdir(worker),
+                Path(worker.cwd),
+                trainer_id=worker.index,
+                trainer_count=len(self._plan.trainers),
+            )
+        loop = asyncio.get_running_loop()
+        self._port_deadline = loop.time() + self._plan.port_timeout_seconds
+        tasks: dict[asyncio.Task[str | None], Worker] = {}
+        stopped_as = WorkerState.KILLED
+        try:
+            for worker in self._plan.pservers:
+                tasks[asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")] = worker
+            if tasks:
+                self._set_reason("waiting for parameter servers to accept connections")
+                ready = asyncio.create_task(self._pservers_ready(), name="local-pservers-ready")
+                try:
+                    await asyncio.wait({ready, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ready.cancel()
+                for task in tasks:
+                    if task.done():
+                        return JobState.FAILED, task.result() or f"{tasks[task].name} stopped"
+                self._event("Normal", "PserversReady", "every parameter server accepts connections")
+            trainers = set()
+            for worker in self._plan.trainers:
+                task = asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")
+                tasks[task] = worker
+                trainers.add(task)
+            self._set_reason("trainers running")
+            while trainers:
+                done, _ = await asyncio.wait(
+                    [t for t in tasks if not t.done()], return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    failure = task.result()
+                    if task not in trainers or failure is not None:
+                        return JobState.FAILED, failure or f"{tasks[task].name} stopped"
+                    trainers.discard(task)
+            stopped_as = WorkerState.SUCCEEDED
+            return JobState.SUCCEEDED, "every trainer exited 0"
+        finally:
+            self._stopped_as = stopped_as
+            await self._stop_all(tasks)
+
+    async def _pservers_ready(self) -> None:
+        for event in self._ready.values():
+            await event.wait()
+
+    async def _stop_all(self, tasks: Iterable[asyncio.Task[str | None]]) -> None:
+        """Stop every worker still running, all at once so their grace periods overlap."""
+        running = [t for t in tasks if not t.done()]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    # -- one worker ------------------------------------------------------------------
+
+    async def _supervise(self, worker: Worker) -> str | None:
+        """Keep `worker` running: None when a trainer exits 0, else why it failed for good.
+
+        A parameter server never succeeds by exiting; it runs until it is cancelled.
+        Cancelling stops the worker's process group (grace, then SIGKILL).
+        """
+        status = self._workers[worker.name]
+        try:
+            while True:
+                returncode, failure = await self._run_once(worker, status)
+                if failure is not None:
+                    self._worker_failed(status, failure)
+                    return failure
+                code = exit_status(returncode)
+                status.exit_code = code
+                if code == 0 and worker.role is Role.TRAINER:
+                    self._update(status, WorkerState.SUCCEEDED)
+                    self._event("Normal", "WorkerSucceeded", f"{worker.name} exited 0")
+                    return None
+                how = describe_exit(code)
+                if worker.role is Role.PSERVER and code == 0:
+                    how += " while the job was running"
+                if status.restarts >= self._plan.max_restarts:
+                    plural = "" if status.restarts == 1 else "s"
+                    failure = f"{worker.name} {how} after {status.restarts} restart{plural}"
+                    self._worker_failed(status, failure)
+                    return failure
+                status.restarts += 1
+                self._event(
+                    "Warning",
+                    "WorkerRestarting",
+                    f"{worker.name} {how}; restart {status.restarts} of {self._plan.max_restarts}",
+                )
+                marker = f"--- restart {status.restarts} of {self._plan.max_restarts} after exit {code} ---"
+                self._append_log(worker, marker)
+                self._update(status, WorkerState.STARTING)
+                await asyncio.sleep(self._restart_delay(status.restarts))
+        except asyncio.CancelledError:
+            if status.state not in _FINAL_WORKER_STATES:
+                self._update(status, self._stopped_as)
+            raise
+
+    async def _run_once(self, worker: Worker, status: WorkerStatus) -> tuple[int, str | None]:
+        """Start the worker and wait for it: (its return code, None) or (-1, why it cannot run)."""
+        proc = await self._spawn(worker)
+        status.pid = proc.pid
+        status.started_at = _now()
+        status.exit_code = None
+        self._update(status, WorkerState.STARTING)
+        self._event("Normal", "WorkerStarted", f"{worker.name} started as pid {proc.pid}")
+        try:
+            if worker.port is not None and not self._ready[worker.name].is_set():
+                failure = await self._wait_for_port(worker, proc)
+                if failure is not None:
+                    return -1, failure
+            if proc.returncode is None:
+                self._update(status, WorkerState.RUNNING)
+            return await proc.wait(), None
+        finally:
+            await self._stop_process(worker, proc)
+
+    async def _wait_for_port(self, worker: Worker, proc: asyncio.subprocess.Process) -> str | None:
+        """Poll the server's port until it accepts, the process exits, or the deadline passes."""
+        assert worker.port is not None
+        loop = asyncio.get_running_loop()
+        while proc.returncode is None:
+            if await _accepts(worker.host, worker.port):
+                self._ready[worker.name].set()
+                message = f"{worker.name} accepts connections on port {worker.port}"
+                self._event("Normal", "PserverReady", message)
+                return None
+            remaining = self._port_deadline - loop.time()
+            if remaining <= 0:
+                return (
+                    f"{worker.name} did not accept connections on {worker.host}:{worker.port} "
+                    f"within {self._plan.port_timeout_seconds:g} s"
+                )
+            await asyncio.sleep(min(PORT_POLL_SECONDS, remaining))
+        return None  # it exited: the caller's wait() returns at once and decides on a restart
+
+    async def _spawn(self, worker: Worker) -> asyncio.subprocess.Process:
+        env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+        env["PYTHONUNBUFFERED"] = "1"  # log lines as they happen; the user's env may say otherwise
+        env.update(worker.env)
+        # The child gets its own copy of the descriptor; ours is closed once it exists.
+        log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            return await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-E",
+                "-m",
+                "paddlecloud.jobs.local.launch",
+                str(os.getpid()),
+                *worker.argv,
+                cwd=self._workdir(worker),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log)
+
+    async def _stop_process(self, worker: Worker, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM the worker's group, SIGKILL it after the grace; then sweep what is left in it."""
+        if proc.returncode is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), self._plan.grace_seconds)
+            except TimeoutError:
+                grace = f"{self._plan.grace_seconds:g} s"
+                self._event("Warning", "WorkerKilled", f"{worker.name} ignored SIGTERM for {grace}: SIGKILL")
+                _signal_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            except asyncio.CancelledError:
+                # Told to stop while already stopping (a SIGTERM during teardown): no more grace.
+                _signal_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+                raise
+        # The group id stays the worker's pid while any member lives, so this reaches
+        # helpers the worker left behind and, with no members left, nobody.
+        _signal_group(proc.pid, signal.SIGKILL)
+
+    def _restart_delay(self, restarts: int) -> float:
+        return min(self._plan.restart_delay_seconds * 2 ** (restarts - 1), MAX_RESTART_DELAY_SECONDS)
+
+    # -- records ---------------------------------------------------------------------
+
+    def _workdir(self, worker: Worker) -> Path:
+        return self._job_dir / "work" / worker.name
+
+    def _log_path(self, worker: Worker) -> Path:
+        return self._logs / f"{worker.name}.log"
+
+    def _append_log(self, worker: Worker, line: str) -> None:
+        with open(self._log_path(worker), "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+    def _worker_failed(self, status: WorkerStatus, failure: str) -> None:
+        self._update(status, WorkerState.FAILED)
+        self._event("Warning", "WorkerFailed", failure)
+
+    def _update(self, status: WorkerStatus, state: WorkerState) -> None:
+        status.state = state
+        self._write_state()
+
+    def _set_reason(self, reason: str) -> None:
+        self._reason = reason
+        self._write_state()
+
+    def _finish(self, state: JobState, reason: str) -> None:
+        self._state, self._reason, self._finished_at = state, reason, _now()
+        kind = "Normal" if state is JobState.SUCCEEDED else "Warning"
+        self._event(kind, f"Job{state.value.capitalize()}", reason)
+        self._write_state()
+
+    def _event(self, kind: str, reason: str, message: str) -> None:
+        line = json.dumps({"time": _now(), "type": kind, "reason": reason, "message": message})
+        with open(self._job_dir / "events.jsonl", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _write_state(self) -> None:
+        # Small synchronous writes: a state file of a few workers costs less than a thread hop.
+        state = {
+            "state": self._state.value,
+            "reason": self._reason,
+            "started_at": self._started_at,
+            "finished_at": self._finished_at,
+            "supervisor_pid": os.getpid(),
+            "workers": [w.to_dict() for w in self._workers.values()],
+        }
+        write_atomically(self._job_dir / "state.json", json.dumps(state, indent=2) + "\n")
+
+
+async def _accepts(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PORT_POLL_SECONDS * 10)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _detach_output(job_dir: Path) -> None:
+    """Send our own stdout/stderr to JOB_DIR/supervisor.log: the pipes of a jobs service
+    that started us may close when it dies, and a write to them would then kill us."""
+    fd = os.open(job_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job in JOB_DIR to its end; 0 when it succeeded, 1 when not, 2 on a bad plan."""
+    parser = argparse.ArgumentParser(
+        prog="python -m paddlecloud.jobs.local.supervisor",
+        description="Run one PaddleCloud job on this machine from JOB_DIR/plan.json.",
+    )
+    parser.add_argument("job_dir", type=Path, metavar="JOB_DIR")
+    args = parser.parse_args(argv)
+    job_dir: Path = args.job_dir.absolute()
+    _detach_output(job_dir)
+    try:
+        plan = Plan.from_dict(json.loads((job_dir / "plan.json").read_text(encoding="utf-8")))
+    except KeyError as exc:
+        return _refuse(job_dir, f"plan.json lacks the field {exc}")
+    except (OSError, ValueError, TypeError) as exc:
+        return _refuse(job_dir, f"cannot read plan.json: {exc}")
+    state = asyncio.run(JobSupervisor(job_dir, plan).run())
+    print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
+    return 0 if state is JobState.SUCCEEDED else 1
+
+
+def _refuse(job_dir: Path, reason: str) -> int:
+    """Record a job that cannot even start as FAILED, with why."""
+    print(f"paddlecloud supervisor: {reason}", file=sys.stderr)
+    now = _now()
+    record = {
+        "state": JobState.FAILED.value,
+        "reason": reason,
+        "started_at": now,
+        "finished_at": now,
+        "supervisor_pid": os.getpid(),
+        "workers": [],
+    }
+    write_atomically(job_dir / "state.json", json.dumps(record, indent=2) + "\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
