@@ -54,6 +54,20 @@ class Server:
             raise AssertionError(f"paddlecloud {' '.join(args)} exited {result.returncode}: {result.stderr}")
         return result
 
+    def add_datacenter(self, name: str, username: str, password: str) -> None:
+        """A client config entry `name` for this server, logging in as `username`."""
+        self.cli(
+            "config",
+            "add",
+            name,
+            "--endpoint",
+            self.endpoint,
+            "--username",
+            username,
+            "--password-stdin",
+            stdin=f"{password}\n",
+        )
+
     def wait_for_stderr(self, needle: str, timeout: float = 30.0) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -186,17 +186,7 @@ def test_interrupted_transfers_resume_without_resending(server_factory, tmp_path
 def test_mistakes_get_one_line_and_a_non_zero_exit(server_factory, tmp_path) -> None:
     server = server_factory()
     server.cli("users", "create", "alice", "--password-stdin", stdin="alice-password\n")
-    server.cli(
-        "config",
-        "add",
-        "as-alice",
-        "--endpoint",
-        server.endpoint,
-        "--username",
-        "alice",
-        "--password-stdin",
-        stdin="alice-password\n",
-    )
+    server.add_datacenter("as-alice", "alice", "alice-password")
     local = tmp_path / "a.txt"
     local.write_text("a")
 

@@ -44,17 +44,7 @@ def test_first_run_cli_supervision_and_clean_stop(server_factory, tmp_path) -> N
     assert "alice" in created.stdout
     users = json.loads(server.cli("-o", "json", "get", "users").stdout)
     assert [u["name"] for u in users["users"]] == ["admin", "alice"]
-    server.cli(
-        "config",
-        "add",
-        "as-alice",
-        "--endpoint",
-        server.endpoint,
-        "--username",
-        "alice",
-        "--password-stdin",
-        stdin="alice-password\n",
-    )
+    server.add_datacenter("as-alice", "alice", "alice-password")
     whoami = json.loads(server.cli("--datacenter", "as-alice", "-o", "json", "whoami").stdout)
     assert (whoami["user"], whoami["admin"]) == ("alice", False)
     assert whoami["home"] == "/pfs/datacenter1/home/alice"
