@@ -115,6 +115,13 @@ class MongoStore(Store):
     def _collection(self, name: str) -> AsyncCollection[Document]:
         return self._database()[name]
 
+    async def _set_one(self, collection: str, query: Document, changes: Document) -> Document | None:
+        """`$set` the changes on the one document matching `query`, atomically; it after, or None."""
+        with _errors():
+            return await self._collection(collection).find_one_and_update(
+                query, {"$set": changes}, projection=_NO_ID, return_document=ReturnDocument.AFTER
+            )
+
     # Users
 
     async def create_user(self, user: User) -> None:
@@ -159,13 +166,7 @@ class MongoStore(Store):
             changes["quota"] = dataclasses.asdict(quota)
         if not changes:
             return await self.get_user(name)
-        with _errors():
-            doc = await self._collection("users").find_one_and_update(
-                {"name": name},
-                {"$set": changes},
-                projection=_NO_ID,
-                return_document=ReturnDocument.AFTER,
-            )
+        doc = await self._set_one("users", {"name": name}, changes)
         return _user(doc) if doc else None
 
     async def delete_user(self, name: str) -> bool:
@@ -306,25 +307,13 @@ class MongoStore(Store):
             return None
         changes["state"] = state
         changes["updated_at"] = utcnow()
-        with _errors():
-            doc = await self._collection("jobs").find_one_and_update(
-                {"id": job_id, "state": {"$in": wanted}},
-                {"$set": changes},
-                projection=_NO_ID,
-                return_document=ReturnDocument.AFTER,
-            )
+        doc = await self._set_one("jobs", {"id": job_id, "state": {"$in": wanted}}, changes)
         return _job(doc) if doc else None
 
     async def update_job(self, job_id: str, **fields: Any) -> Job | None:
         changes = _changes(fields, JOB_MUTABLE_FIELDS, "job")
         changes["updated_at"] = utcnow()
-        with _errors():
-            doc = await self._collection("jobs").find_one_and_update(
-                {"id": job_id},
-                {"$set": changes},
-                projection=_NO_ID,
-                return_document=ReturnDocument.AFTER,
-            )
+        doc = await self._set_one("jobs", {"id": job_id}, changes)
         return _job(doc) if doc else None
 
     async def delete_job(self, job_id: str) -> bool:
@@ -418,13 +407,7 @@ class MongoStore(Store):
             return None
         changes["state"] = state
         changes["updated_at"] = utcnow()
-        with _errors():
-            doc = await self._collection("builds").find_one_and_update(
-                {"id": build_id, "state": {"$in": wanted}},
-                {"$set": changes},
-                projection=_NO_ID,
-                return_document=ReturnDocument.AFTER,
-            )
+        doc = await self._set_one("builds", {"id": build_id, "state": {"$in": wanted}}, changes)
         return _build(doc) if doc else None
 
 

@@ -188,6 +188,17 @@ class SQLiteStore(Store):
             with _errors(what):
                 return list(await conn.execute_fetchall(sql, params))
 
+    async def _update(
+        self, table: str, changes: dict[str, Any], where: str, params: Sequence[Any], columns: str
+    ) -> sqlite3.Row | None:
+        """Set `changes` on the row matching `where` and read it back, in one statement; None if none."""
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        rows = await self._query(
+            f"UPDATE {table} SET {assignments} WHERE {where} RETURNING {columns}",
+            (*changes.values(), *params),
+        )
+        return rows[0] if rows else None
+
     async def _write(self, sql: str, params: Sequence[Any] = (), *, what: str = "") -> int:
         """Run one writing statement; how many rows it changed."""
         conn = self._connection()
@@ -255,12 +266,8 @@ class SQLiteStore(Store):
             changes["quota"] = _json(dataclasses.asdict(quota))
         if not changes:
             return await self.get_user(name)
-        assignments = ", ".join(f"{column} = ?" for column in changes)
-        rows = await self._query(
-            f"UPDATE users SET {assignments} WHERE name = ? RETURNING {_USER_COLUMNS}",
-            (*changes.values(), name),
-        )
-        return _user(rows[0]) if rows else None
+        row = await self._update("users", changes, "name = ?", (name,), _USER_COLUMNS)
+        return _user(row) if row else None
 
     async def delete_user(self, name: str) -> bool:
         async with self._transaction() as conn:
@@ -386,25 +393,17 @@ class SQLiteStore(Store):
             return None
         changes["state"] = state
         changes["updated_at"] = _time_text(utcnow())
-        assignments = ", ".join(f"{column} = ?" for column in changes)
         # Compare and set in one statement: SQLite runs it atomically, so of two
         # writers expecting the same state exactly one matches the row.
-        rows = await self._query(
-            f"UPDATE jobs SET {assignments} WHERE id = ? AND state IN ({_marks(wanted)})"
-            f" RETURNING {_JOB_COLUMNS}",
-            (*changes.values(), job_id, *wanted),
-        )
-        return _job(rows[0]) if rows else None
+        where = f"id = ? AND state IN ({_marks(wanted)})"
+        row = await self._update("jobs", changes, where, (job_id, *wanted), _JOB_COLUMNS)
+        return _job(row) if row else None
 
     async def update_job(self, job_id: str, **fields: Any) -> Job | None:
         changes = _changes(fields, JOB_MUTABLE_FIELDS, "job")
         changes["updated_at"] = _time_text(utcnow())
-        assignments = ", ".join(f"{column} = ?" for column in changes)
-        rows = await self._query(
-            f"UPDATE jobs SET {assignments} WHERE id = ? RETURNING {_JOB_COLUMNS}",
-            (*changes.values(), job_id),
-        )
-        return _job(rows[0]) if rows else None
+        row = await self._update("jobs", changes, "id = ?", (job_id,), _JOB_COLUMNS)
+        return _job(row) if row else None
 
     async def delete_job(self, job_id: str) -> bool:
         async with self._transaction() as conn:
@@ -478,13 +477,9 @@ class SQLiteStore(Store):
             return None
         changes["state"] = state
         changes["updated_at"] = _time_text(utcnow())
-        assignments = ", ".join(f"{column} = ?" for column in changes)
-        rows = await self._query(
-            f"UPDATE builds SET {assignments} WHERE id = ? AND state IN ({_marks(wanted)})"
-            f" RETURNING {_BUILD_COLUMNS}",
-            (*changes.values(), build_id, *wanted),
-        )
-        return _build(rows[0]) if rows else None
+        where = f"id = ? AND state IN ({_marks(wanted)})"
+        row = await self._update("builds", changes, where, (build_id, *wanted), _BUILD_COLUMNS)
+        return _build(row) if row else None
 
 
 def _path_from_url(url: str) -> str:
