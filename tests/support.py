@@ -55,7 +55,7 @@ def config_dict(tmp_path: Path, **sections: dict[str, Any]) -> dict[str, Any]:
         "internal": {"secret": INTERNAL_SECRET},
         "pfs": {"root": str(tmp_path / "pfs")},
         "gateway": {"admin_password": ADMIN_PASSWORD, "port": 0},
-        "jobs": {"port": 0},
+        "jobs": {"port": 0, "work_dir": str(tmp_path / "jobs")},
         "builder": {"port": 0},
         "log": {"format": "json", "level": "info"},
     }

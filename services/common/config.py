@@ -47,6 +47,17 @@ class GatewaySection(ServiceSection):
 
 class JobsSection(ServiceSection):
     port: int = Field(8081, ge=0, le=65535)
+    backend: Literal["local"] = "local"
+    # Local backend: one directory per job (plan, state, events, logs, working dirs).
+    work_dir: Path = DEFAULT_DATA_DIR / "jobs"
+    # How often the service looks at an active job's state, and how long a killed
+    # worker gets between SIGTERM and SIGKILL.
+    poll_seconds: float = Field(0.1, gt=0)
+    grace_seconds: float = Field(10.0, ge=0)
+    # Run local jobs in a private mount namespace with the user's PFS home at
+    # /pfs/<datacenter>/home/<user> (and public read-only): "auto" does so where the
+    # service may (root, `unshare` present), "off" never; "on" refuses to start otherwise.
+    pfs_mount: Literal["auto", "on", "off"] = "auto"
 
 
 class PfsSection(ServiceSection):

@@ -129,6 +129,7 @@ class Platform:
         raw.setdefault("store", {}).setdefault("url", f"sqlite:///{self.data_dir}/paddlecloud.db")
         raw.setdefault("pfs", {}).setdefault("root", str(self.data_dir / "pfs"))
         raw["pfs"].setdefault("datacenter", self.datacenter)
+        raw.setdefault("jobs", {}).setdefault("work_dir", str(self.data_dir / "jobs"))
         raw.setdefault("internal", {})["secret_file"] = str(self.data_dir / "internal.secret")
         gateway = raw.setdefault("gateway", {})
         gateway["admin_username"] = ADMIN

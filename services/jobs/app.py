@@ -9,18 +9,35 @@ from aiohttp import web
 from paddlecloud.common.config import Config
 from paddlecloud.common.store import Store
 from paddlecloud.common.web import create_base_app, use_store
+from paddlecloud.pfs.paths import Root
+
+from .api import add_routes
+from .keys import MANAGER
+from .local.backend import LocalBackend
+from .manager import JobManager, reconciling
 
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
     """The jobs service. `store` is opened and closed by the caller when given."""
     app = create_base_app(config, "jobs")
+    add_routes(app)
     app.cleanup_ctx.append(_resources(config, store))
     return app
 
 
 def _resources(config: Config, given_store: Store | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        async with use_store(app, config, given_store):
-            yield
+        async with use_store(app, config, given_store) as store:
+            # The jobs service reads PFS directly: packages to check and run, usage for quota.
+            root = Root(config.pfs.root)
+            backend = LocalBackend(config, root)
+            await backend.open()
+            manager = JobManager(config, store, backend, root)
+            app[MANAGER] = manager
+            try:
+                async with reconciling(manager):
+                    yield
+            finally:
+                await backend.close()
 
     return ctx

@@ -88,6 +88,30 @@ class Worker:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A mount the supervisor makes in its private mount namespace before any worker
+    starts: a bind mount of `source` on `target`, or a fresh filesystem of `fstype`."""
+
+    source: str
+    target: str
+    readonly: bool = False
+    fstype: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Mount:
+        fstype = data.get("fstype")
+        return cls(
+            source=str(data["source"]),
+            target=str(data["target"]),
+            readonly=bool(data.get("readonly", False)),
+            fstype=None if fstype is None else str(fstype),
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the supervisor needs to run one job; round-trips through JSON."""
 
@@ -97,6 +121,8 @@ class Plan:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS
     restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS
+    # Made in order, in the supervisor's private mount namespace (see `Mount`).
+    mounts: tuple[Mount, ...] = ()
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -114,6 +140,7 @@ class Plan:
             "grace_seconds": self.grace_seconds,
             "port_timeout_seconds": self.port_timeout_seconds,
             "restart_delay_seconds": self.restart_delay_seconds,
+            "mounts": [m.to_dict() for m in self.mounts],
         }
 
     @classmethod
@@ -125,6 +152,7 @@ class Plan:
             grace_seconds=float(data.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
             port_timeout_seconds=float(data.get("port_timeout_seconds", DEFAULT_PORT_TIMEOUT_SECONDS)),
             restart_delay_seconds=float(data.get("restart_delay_seconds", DEFAULT_RESTART_DELAY_SECONDS)),
+            mounts=tuple(Mount.from_dict(m) for m in data.get("mounts", ())),
         )
 
 
@@ -151,6 +179,7 @@ def build_plan(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS,
     restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS,
+    mounts: Sequence[Mount] = (),
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -246,4 +275,5 @@ def build_plan(
         grace_seconds=grace_seconds,
         port_timeout_seconds=port_timeout_seconds,
         restart_delay_seconds=restart_delay_seconds,
+        mounts=tuple(mounts),
     )

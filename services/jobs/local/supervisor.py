@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .plan import Plan, Role, Worker
+from .plan import Mount, Plan, Role, Worker
 
 PORT_POLL_SECONDS = 0.1
 MAX_RESTART_DELAY_SECONDS = 30.0
@@ -488,9 +489,34 @@ def main(argv: list[str] | None = None) -> int:
         return _refuse(job_dir, f"plan.json lacks the field {exc}")
     except (OSError, ValueError, TypeError) as exc:
         return _refuse(job_dir, f"cannot read plan.json: {exc}")
+    try:
+        make_mounts(plan.mounts)
+    except OSError as exc:
+        return _refuse(job_dir, f"cannot make the job's mounts: {exc}")
     state = asyncio.run(JobSupervisor(job_dir, plan).run())
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
+
+
+def make_mounts(mounts: Iterable[Mount]) -> None:
+    """Make the plan's mounts. Only ever called in a private mount namespace (the jobs
+    service starts the supervisor under `unshare --mount --propagation private`), so
+    nothing here is seen outside the job."""
+    for mount in mounts:
+        Path(mount.target).mkdir(parents=True, exist_ok=True)
+        if mount.fstype is not None:
+            command = ["mount", "-t", mount.fstype, "-o", "mode=0755", mount.source, mount.target]
+        else:
+            command = ["mount", "--bind", mount.source, mount.target]
+        _run_mount(command)
+        if mount.readonly:
+            _run_mount(["mount", "-o", "remount,bind,ro", mount.target])
+
+
+def _run_mount(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(command)}: {done.stderr.strip() or f'exit {done.returncode}'}")
 
 
 def _refuse(job_dir: Path, reason: str) -> int:

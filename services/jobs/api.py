@@ -1,0 +1,174 @@
+"""The jobs service's HTTP API (docs/api.md, "API notes (jobs)"). Every call acts on the
+caller's own jobs: another user's job is a 404, as if it did not exist."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from paddlecloud.common import errors
+from paddlecloud.common.keys import IDENTITY, STORE
+from paddlecloud.common.store import StoreError
+from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES
+from paddlecloud.common.web import json_response, read_json
+
+from .backend import BadCursor, LogLine, LogQuery
+from .keys import MANAGER
+from .manager import event_view, job_view
+
+NDJSON = "application/x-ndjson"
+MAX_LIST_LIMIT = 500
+BAD_CURSOR = errors.ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
+ROLES = {"pserver": "PSERVER", "trainer": "TRAINER"}
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/v1/jobs", submit)
+    app.router.add_get("/api/v1/jobs", list_jobs)
+    app.router.add_get("/api/v1/jobs/{name}", get_job)
+    app.router.add_delete("/api/v1/jobs/{name}", kill_job)
+    app.router.add_get("/api/v1/jobs/{name}/workers", get_workers)
+    app.router.add_get("/api/v1/jobs/{name}/events", get_events)
+    app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
+    app.router.add_get("/api/v1/quota", get_quota)
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "0").lower()
+    if value in ("1", "true", "yes", ""):
+        return value != "" or name in request.query
+    if value in ("0", "false", "no"):
+        return False
+    message = f"must be 1, 0, true or false, not {value[:40]!r}"
+    raise errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
+
+
+def _int(request: web.Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        message = f"must be a whole number from {low} to {high}, not {text[:40]!r}"
+        raise errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
+    return int(text)
+
+
+async def submit(request: web.Request) -> web.Response:
+    dry_run = _flag(request, "dry_run")
+    body = await read_json(request)
+    result = await request.app[MANAGER].submit(request[IDENTITY], body, dry_run=dry_run)
+    if dry_run:
+        return json_response(result)
+    response = json_response(result, status=201)
+    response.headers["Location"] = f"/api/v1/jobs/{result['name']}"
+    return response
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    states: set[str] = set()
+    for value in request.query.getall("state", []):
+        for state in value.split(","):
+            if state.strip().upper() not in JOB_STATES:
+                message = f"{state[:40]!r} is not a job state; use one of {', '.join(JOB_STATES)}"
+                raise errors.BAD_REQUEST(f"state: {message}", errors=[{"field": "state", "message": message}])
+            states.add(state.strip().upper())
+    if not states and not _flag(request, "all"):
+        states = set(ACTIVE_STATES)
+    limit = _int(request, "limit", 50, 1, MAX_LIST_LIMIT)
+    assert limit is not None
+    try:
+        jobs, cursor = await request.app[STORE].list_jobs(
+            request[IDENTITY].user, states=states or None, limit=limit, cursor=request.query.get("cursor")
+        )
+    except StoreError as exc:  # the only one list_jobs raises for what it was given: a bad cursor
+        raise BAD_CURSOR(f"cursor: {exc}") from None
+    return json_response({"jobs": [job_view(j) for j in jobs], "next_cursor": cursor})
+
+
+async def get_job(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    view = job_view(job)
+    view["events"] = await manager.events(job)
+    view["workers"] = [w.to_dict() for w in await manager.backend.workers(job)]
+    return json_response(view)
+
+
+async def get_workers(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    return json_response({"workers": [w.to_dict() for w in await manager.backend.workers(job)]})
+
+
+async def get_events(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    events = await request.app[STORE].list_events(job.id)
+    return json_response({"events": [event_view(e) for e in events]})
+
+
+async def kill_job(request: web.Request) -> web.Response:
+    remove = _flag(request, "rm")
+    job = await request.app[MANAGER].kill(request[IDENTITY], request.match_info["name"], remove=remove)
+    if job is None:
+        return web.Response(status=204)
+    return json_response(job_view(job))
+
+
+async def get_quota(request: web.Request) -> web.Response:
+    return json_response(await request.app[MANAGER].quota(request[IDENTITY].user))
+
+
+async def get_logs(request: web.Request) -> web.StreamResponse:
+    manager = request.app[MANAGER]
+    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    roles = set()
+    for role in request.query.getall("role", []):
+        if role.lower() not in ROLES:
+            message = f"{role[:40]!r} is not a role; use pserver or trainer"
+            raise errors.BAD_REQUEST(f"role: {message}", errors=[{"field": "role", "message": message}])
+        roles.add(ROLES[role.lower()])
+    workers = set(request.query.getall("worker", []))
+    known = {w.name for w in await manager.backend.workers(job)}
+    unknown = sorted(workers - known)
+    if unknown:
+        names = ", ".join(sorted(known)) or "none yet"
+        message = f"job {job.name!r} has no worker {unknown[0][:60]!r}; its workers: {names}"
+        raise errors.NOT_FOUND(message, errors=[{"field": "worker", "message": message}])
+    query = LogQuery(
+        tail=_int(request, "tail", None, 0, 10_000_000),
+        follow=_flag(request, "follow"),
+        roles=roles,
+        workers=workers,
+        cursor=request.query.get("cursor") or None,
+    )
+    ndjson = NDJSON in request.headers.get("Accept", "")
+    lines = manager.backend.logs(job, query)
+    # Read the first line before answering, so a bad cursor is a 400 and not a broken stream.
+    try:
+        first = await anext(lines, None)
+    except BadCursor as exc:
+        raise BAD_CURSOR(f"cursor: {exc}") from None
+    response = web.StreamResponse(headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+    response.content_type = NDJSON if ndjson else "text/plain"
+    response.charset = "utf-8"
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    batch: list[LogLine] | None = first
+    try:
+        while batch is not None:
+            if ndjson:
+                text = "".join(
+                    json.dumps({"worker": x.worker, "line": x.line, "cursor": x.cursor}) + "\n" for x in batch
+                )
+            else:
+                text = "".join(f"[{x.worker}] {x.line}\n" for x in batch)
+            await response.write(text.encode())
+            batch = await anext(lines, None)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the follower went away; it resumes from its last cursor
+    finally:
+        await lines.aclose()
+    return response

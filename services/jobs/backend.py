@@ -1,0 +1,175 @@
+"""The interface every jobs backend implements: local processes now, Kubernetes later.
+
+The jobs service owns the store, the spec, quota and the HTTP API; a backend only runs
+what it is given and reports what it sees. Five operations:
+
+- `start(launch)`: run a validated job; returns what the backend needs to find it again
+  (stored in `Job.backend`, so a restarted service can re-attach).
+- `stop(job, grace_seconds)`: stop every process of the job (grace, then force).
+- `observe(job)`: the job's state as the backend sees it now, with events it has not
+  reported yet; the service turns changes into store transitions.
+- `workers(job)`: per-worker state (role, index, state, restarts, start time, host).
+- `logs(job, ...)`: lines with opaque, resumable cursors; a follow ends when the job is
+  final and every line was sent.
+
+`remove(job)` forgets the job's files or objects (`kill -rm`). A Kubernetes backend maps
+the same calls onto a StatefulSet, an Indexed Job and watches; nothing above changes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from paddlecloud.common.store import Job
+
+from .spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a backend needs to run one job, resolved by the service."""
+
+    job: Job
+    spec: JobSpec
+    datacenter: str
+    pfs_home: str  # /pfs/<dc>/home/<user>
+    output: str  # the PFS path of the job's output directory
+    package: str  # the PFS path of the package (a directory, .tar.gz or .zip)
+    package_kind: str  # "dir", "tar" or "zip"
+    input: str | None = None
+
+
+@dataclass(frozen=True)
+class ObservedEvent:
+    time: str  # ISO 8601, UTC
+    type: str  # "Normal" or "Warning"
+    reason: str  # CamelCase kind, e.g. WorkerFailed
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the backend sees of one job. `events` are those after `seen_events`."""
+
+    state: str  # one of the store's job states
+    reason: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    events: tuple[ObservedEvent, ...] = ()
+    seen_events: int = 0  # how many events the backend has produced in all
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    name: str
+    role: str  # PSERVER or TRAINER
+    index: int
+    state: str
+    restarts: int = 0
+    started_at: str | None = None
+    exit_code: int | None = None
+    host: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "index": self.index,
+            "state": self.state,
+            "restarts": self.restarts,
+            "started_at": self.started_at,
+            "exit_code": self.exit_code,
+            "host": self.host,
+        }
+
+
+@dataclass(frozen=True)
+class LogLine:
+    worker: str
+    line: str  # without its newline
+    cursor: str  # resume after this line
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    tail: int | None = None  # last N lines of each worker
+    follow: bool = False
+    roles: Collection[str] = ()  # PSERVER / TRAINER; empty: all
+    workers: Collection[str] = ()  # worker names; empty: all
+    cursor: str | None = None
+
+
+class BadCursor(ValueError):
+    """A log cursor this backend did not hand out."""
+
+
+@dataclass(frozen=True)
+class PlannedWorker:
+    name: str
+    role: str
+    index: int
+    cpu: str
+    memory: str
+    gpu: int
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "index": self.index,
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "gpu": self.gpu,
+            **self.extra,
+        }
+
+
+def planned_workers(spec: JobSpec) -> list[PlannedWorker]:
+    """The processes (pods) a spec asks for, the same on every backend."""
+    workers = [
+        PlannedWorker(f"pserver-{i}", "PSERVER", i, str(spec.pscpu), str(spec.psmemory), 0)
+        for i in range(spec.pservers)
+    ]
+    workers += [
+        PlannedWorker(f"trainer-{i}", "TRAINER", i, str(spec.cpu), str(spec.memory), spec.gpu)
+        for i in range(spec.trainers)
+    ]
+    return workers
+
+
+class Backend(abc.ABC):
+    name: str
+
+    async def open(self) -> None:  # noqa: B027 - most backends need nothing here
+        """Prepare to run jobs (called once when the service starts)."""
+
+    async def close(self) -> None:  # noqa: B027
+        """Release what `open` took; running jobs keep running."""
+
+    @abc.abstractmethod
+    async def start(self, launch: Launch) -> dict[str, Any]:
+        """Start the job; the returned mapping is stored as `Job.backend`."""
+
+    @abc.abstractmethod
+    async def stop(self, job: Job, grace_seconds: float) -> None:
+        """Stop every process of the job: SIGTERM (or delete), the grace, then force."""
+
+    @abc.abstractmethod
+    async def observe(self, job: Job, seen_events: int) -> Observation:
+        """The job's current state, with the events after the first `seen_events`."""
+
+    @abc.abstractmethod
+    async def workers(self, job: Job) -> list[WorkerInfo]: ...
+
+    @abc.abstractmethod
+    def logs(self, job: Job, query: LogQuery) -> AsyncIterator[list[LogLine]]:
+        """The job's log lines in batches, as they become available; BadCursor for a
+        cursor that is not ours."""
+
+    @abc.abstractmethod
+    async def remove(self, job: Job) -> None:
+        """Forget the job's files or objects; it is already final."""

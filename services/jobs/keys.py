@@ -1,0 +1,9 @@
+"""Application keys of the jobs service."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .manager import JobManager
+
+MANAGER = web.AppKey("job_manager", JobManager)

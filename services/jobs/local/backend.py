@@ -1,0 +1,551 @@
+"""The local backend: every job runs under its own supervisor process on this machine.
+
+`start` prepares `<work_dir>/<owner>/<job id>/` (the package, unpacked if it is an
+archive; `plan.json`) and starts `python -m paddlecloud.jobs.local.supervisor` on it in a
+new session, detached from the service: a job keeps running while the jobs service is
+down, and everything the service needs to re-attach is in the directory (`state.json`
+with the supervisor's pid, `events.jsonl`, `logs/`). `observe`, `workers` and `logs` only
+read those files, so a restarted service sees exactly what the supervisor recorded.
+
+PFS paths inside jobs. Where the service may (it runs as root and `unshare` exists), the
+supervisor starts in a private mount namespace with a tmpfs at `/pfs` holding only the
+user's home (read-write) at `/pfs/<dc>/home/<user>` and the datacenter's public area
+(read-only) at `/pfs/<dc>/public`: a program that reads `/pfs/<dc>/home/<user>/...` runs
+unchanged and sees no other user's files. Elsewhere (`pfs_mount: off`, or not root) jobs
+get the real directories in `PADDLE_CLOUD_PFS_HOME` and `PADDLE_CLOUD_OUTPUT` and must
+use those variables instead of spelling `/pfs/...` paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+import sys
+import tarfile
+import zipfile
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from paddlecloud.common.config import Config
+from paddlecloud.common.store import Job
+from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES
+from paddlecloud.pfs.paths import PfsPath, Root, parse_path
+
+from ..backend import (
+    Backend,
+    BadCursor,
+    Launch,
+    LogLine,
+    LogQuery,
+    Observation,
+    ObservedEvent,
+    WorkerInfo,
+)
+from .plan import Mount, Plan, build_plan
+
+log = structlog.get_logger(__name__)
+
+PFS_MOUNT_BASE = "/pfs"
+LOG_READ_SIZE = 64 * 1024  # a longer line without a newline is cut into pieces of this size
+SUPERVISOR_MODULE = "paddlecloud.jobs.local.supervisor"
+
+
+class StartFailed(Exception):
+    """The job cannot start; the message says why, for the user."""
+
+
+@dataclass
+class _Seen:
+    """What `observe` last read of a job's files, so unchanged files are not read again."""
+
+    state_key: tuple[int, int] = (0, 0)
+    state: dict[str, Any] | None = None
+    events_offset: int = 0
+    events_count: int = 0
+    events: list[ObservedEvent] = field(default_factory=list)
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, config: Config, root: Root) -> None:
+        self._config = config
+        self._root = root
+        self._work_dir = config.jobs.work_dir.expanduser().absolute()
+        self._poll = config.jobs.poll_seconds
+        self._mount_pfs = False
+        self._children: set[asyncio.Task[None]] = set()
+        self._seen: dict[str, _Seen] = {}
+
+    @property
+    def mounts_pfs(self) -> bool:
+        return self._mount_pfs
+
+    async def open(self) -> None:
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        wanted = self._config.jobs.pfs_mount
+        able = os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("mount") is not None
+        if wanted == "on" and not able:
+            raise RuntimeError("jobs.pfs_mount is 'on' but this service is not root or lacks unshare/mount")
+        self._mount_pfs = wanted != "off" and able
+        if self._mount_pfs:
+            # The mount point must exist on the host; what is mounted on it stays private.
+            os.makedirs(PFS_MOUNT_BASE, mode=0o755, exist_ok=True)
+        log.info("local backend ready", work_dir=str(self._work_dir), pfs_mount=self._mount_pfs)
+
+    async def close(self) -> None:
+        # Only the reaping tasks: the supervisors themselves keep running.
+        for task in self._children:
+            task.cancel()
+        await asyncio.gather(*self._children, return_exceptions=True)
+
+    # -- start -----------------------------------------------------------------------
+
+    async def start(self, launch: Launch) -> dict[str, Any]:
+        job = launch.job
+        job_dir = self._work_dir / job.owner / job.id
+        try:
+            plan = await asyncio.to_thread(self._prepare, launch, job_dir)
+        except (OSError, tarfile.TarError, zipfile.BadZipFile, ValueError) as exc:
+            raise StartFailed(f"cannot prepare the job: {exc}") from exc
+        argv = [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir)]
+        if plan.mounts:
+            argv = ["unshare", "--mount", "--propagation", "private", "--", *argv]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,  # our signals (Ctrl-C, the server stopping) are not its
+            cwd=job_dir,
+        )
+        reaper = asyncio.create_task(self._reap(proc), name=f"reap-supervisor-{job.id}")
+        self._children.add(reaper)
+        reaper.add_done_callback(self._children.discard)
+        log.info("job started", job=job.name, owner=job.owner, supervisor=proc.pid, job_dir=str(job_dir))
+        return {"name": self.name, "job_dir": str(job_dir), "supervisor_pid": proc.pid}
+
+    @staticmethod
+    async def _reap(proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+
+    def _prepare(self, launch: Launch, job_dir: Path) -> Plan:
+        job, spec = launch.job, launch.spec
+        job_dir.mkdir(parents=True, exist_ok=False)
+        package = self._package_dir(launch, job_dir)
+        output = self._make_output(launch.output)
+        mounts: list[Mount] = []
+        if self._mount_pfs:
+            dc = launch.datacenter
+            home_target = f"{PFS_MOUNT_BASE}/{dc}/home/{job.owner}"
+            mounts = [
+                Mount("tmpfs", PFS_MOUNT_BASE, fstype="tmpfs"),
+                Mount(str(self._root.root / "home" / job.owner), home_target),
+                Mount(str(self._root.root / "public"), f"{PFS_MOUNT_BASE}/{dc}/public", readonly=True),
+            ]
+            pfs_home, output_path = launch.pfs_home, launch.output
+            input_path = launch.input
+        else:
+            pfs_home = str(self._root.root / "home" / job.owner)
+            output_path = str(output)
+            input_path = None if launch.input is None else str(self._host_path(launch.input))
+        env = dict(spec.env)
+        if input_path is not None:
+            env["PADDLE_CLOUD_INPUT"] = input_path
+        ports = _free_ports(spec.pservers + spec.trainers + 1)
+        plan = build_plan(
+            job_name=spec.name,
+            user=job.owner,
+            datacenter=launch.datacenter,
+            pfs_home=pfs_home,
+            output=output_path,
+            package_dir=str(package),
+            entry=spec.entry,
+            trainers=spec.trainers,
+            pservers=spec.pservers,
+            passes=spec.passes or 1,
+            env=env,
+            use_gpu=spec.gpu > 0,
+            max_restarts=spec.max_restarts,
+            ports=ports[: spec.pservers],
+            trainer_ports=ports[spec.pservers : -1],
+            master_port=ports[-1],
+            devices_per_trainer=max(spec.gpu, 1),
+            grace_seconds=self._config.jobs.grace_seconds,
+            mounts=mounts,
+        )
+        (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+        return plan
+
+    def _package_dir(self, launch: Launch, job_dir: Path) -> Path:
+        """The directory the workers run in: the PFS directory itself, or the archive unpacked."""
+        if launch.package_kind == "dir":
+            return self._host_path(launch.package)
+        target = job_dir / "package"
+        target.mkdir()
+        fd = self._root.open(self._pfs(launch.package), os.O_RDONLY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as archive:
+            if launch.package_kind == "zip":
+                _unzip(archive, target)
+            else:
+                with tarfile.open(fileobj=archive, mode="r:*") as tar:
+                    # The "data" filter refuses absolute names, `..`, links out and devices.
+                    tar.extractall(target, filter="data")
+        return target
+
+    def _pfs(self, text: str) -> PfsPath:
+        return parse_path(text, self._config.pfs.datacenter)
+
+    def _host_path(self, text: str) -> Path:
+        """Where a PFS path really is, resolved beneath its area by the kernel."""
+        fd = self._root.open(self._pfs(text), os.O_PATH | os.O_CLOEXEC)
+        try:
+            return Path(os.readlink(f"/proc/self/fd/{fd}"))
+        finally:
+            os.close(fd)
+
+    def _make_output(self, text: str) -> Path:
+        """`mkdir -p` the output directory beneath the user's home, never through a symlink."""
+        path = self._pfs(text)
+        if path.owner is not None:
+            self._root.ensure_home(path.owner)
+        for n in range(1, len(path.parts) + 1):
+            step = PfsPath(path.datacenter, path.area, path.owner, path.parts[:n])
+            with self._root.parent_fd(step) as (parent, name):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=parent)
+                if not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                    raise NotADirectoryError(f"{step} is in the way of the output directory {path}")
+        return self._host_path(text)
+
+    # -- stop ------------------------------------------------------------------------
+
+    async def stop(self, job: Job, grace_seconds: float) -> None:
+        pid = self._supervisor_pid(job)
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 15)
+        # The supervisor gives every worker the grace, then SIGKILLs their groups.
+        deadline = asyncio.get_running_loop().time() + grace_seconds + 5.0
+        while self._supervisor_pid(job) is not None:
+            if asyncio.get_running_loop().time() > deadline:
+                # Its workers' launchers die with it (PR_SET_PDEATHSIG) and take their groups.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+                log.warning("supervisor ignored SIGTERM; SIGKILLed", job=job.name, pid=pid)
+                break
+            await asyncio.sleep(0.05)
+
+    def _supervisor_pid(self, job: Job) -> int | None:
+        """The pid of the job's supervisor if it is still running (checked against its
+        command line, so a reused pid is never mistaken for it)."""
+        job_dir = job.backend.get("job_dir")
+        pid = job.backend.get("supervisor_pid")
+        state = self._read_state(job)
+        if state is not None:
+            pid = state.get("supervisor_pid", pid)
+        if not isinstance(pid, int) or not job_dir:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        if status.rsplit(")", 1)[-1].split()[0] == "Z":
+            return None  # exited, not yet reaped
+        return pid if os.fsencode(str(job_dir)) in cmdline else None
+
+    # -- observe ---------------------------------------------------------------------
+
+    def _job_dir(self, job: Job) -> Path | None:
+        job_dir = job.backend.get("job_dir")
+        return Path(job_dir) if job_dir else None
+
+    def _read_state(self, job: Job) -> dict[str, Any] | None:
+        job_dir = self._job_dir(job)
+        if job_dir is None:
+            return None
+        seen = self._seen.setdefault(job.id, _Seen())
+        try:
+            st = os.stat(job_dir / "state.json")
+        except FileNotFoundError:
+            return None
+        key = (st.st_mtime_ns, st.st_ino)
+        if key != seen.state_key or seen.state is None:
+            try:
+                seen.state = json.loads((job_dir / "state.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return seen.state  # replaced atomically, so only a vanished file gets here
+            seen.state_key = key
+        return seen.state
+
+    async def observe(self, job: Job, seen_events: int) -> Observation:
+        job_dir = self._job_dir(job)
+        if job_dir is None:
+            return Observation(PENDING, job.reason or "not started")
+        state = self._read_state(job)
+        events = self._read_events(job, job_dir)
+        alive = self._supervisor_pid(job) is not None
+        if not alive:
+            # Read again: the supervisor may have written its end and exited since.
+            state = self._read_state(job)
+        new_events = tuple(events[seen_events:])
+        if state is None:
+            if alive:
+                return Observation(PENDING, "starting", events=new_events, seen_events=len(events))
+            output = _tail(job_dir / "supervisor.log")
+            return Observation(
+                FAILED,
+                f"the job's supervisor stopped before it started the job: {output}",
+                events=new_events,
+                seen_events=len(events),
+            )
+        current = str(state.get("state", RUNNING))
+        if current not in TERMINAL_STATES and not alive:
+            pid = state.get("supervisor_pid")
+            return Observation(
+                FAILED,
+                f"the job's supervisor (pid {pid}) died without recording an end; its workers were stopped",
+                started_at=state.get("started_at"),
+                events=new_events,
+                seen_events=len(events),
+            )
+        return Observation(
+            current,
+            str(state.get("reason", "")),
+            started_at=state.get("started_at"),
+            finished_at=state.get("finished_at"),
+            events=new_events,
+            seen_events=len(events),
+        )
+
+    def _read_events(self, job: Job, job_dir: Path) -> list[ObservedEvent]:
+        seen = self._seen.setdefault(job.id, _Seen())
+        try:
+            with open(job_dir / "events.jsonl", "rb") as f:
+                f.seek(seen.events_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return seen.events
+        end = data.rfind(b"\n") + 1  # only whole lines; the rest next time
+        for raw in data[:end].splitlines():
+            try:
+                item = json.loads(raw)
+                fields = (str(item[k]) for k in ("time", "type", "reason", "message"))
+                seen.events.append(ObservedEvent(*fields))
+            except (ValueError, KeyError, TypeError):
+                log.warning("unreadable event line", job=job.name, line=raw[:200])
+        seen.events_offset += end
+        return seen.events
+
+    def forget(self, job: Job) -> None:
+        """Drop what `observe` cached for a job that is final."""
+        self._seen.pop(job.id, None)
+
+    async def workers(self, job: Job) -> list[WorkerInfo]:
+        state = self._read_state(job) or {}
+        recorded = {w["name"]: w for w in state.get("workers", ())}
+        result = []
+        for worker in self._plan(job).workers:
+            w = recorded.get(worker.name, {})
+            result.append(
+                WorkerInfo(
+                    name=worker.name,
+                    role=worker.role.value,
+                    index=worker.index,
+                    state=str(w.get("state", "PENDING")),
+                    restarts=int(w.get("restarts", 0)),
+                    started_at=w.get("started_at"),
+                    exit_code=w.get("exit_code"),
+                    host=socket.gethostname(),
+                )
+            )
+        return result
+
+    def _plan(self, job: Job) -> Plan:
+        job_dir = self._job_dir(job)
+        if job_dir is None:
+            return Plan(job_name=job.name, workers=(), max_restarts=0)
+        try:
+            return Plan.from_dict(json.loads((job_dir / "plan.json").read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return Plan(job_name=job.name, workers=(), max_restarts=0)
+
+    # -- logs ------------------------------------------------------------------------
+
+    async def logs(self, job: Job, query: LogQuery) -> AsyncIterator[list[LogLine]]:
+        job_dir = self._job_dir(job)
+        names = [w.name for w in self._plan(job).workers]
+        if job_dir is None or not names:
+            return
+        offsets = _decode_cursor(query.cursor, names) if query.cursor else None
+        if offsets is None:
+            offsets = [0] * len(names)
+            if query.tail is not None:
+                offsets = [_tail_offset(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
+        wanted = [
+            i
+            for i, name in enumerate(names)
+            if (not query.workers or name in query.workers)
+            and (not query.roles or name.split("-", 1)[0].upper() in query.roles)
+        ]
+        while True:
+            final = self._is_final(job)  # decided before reading, so nothing written after is missed
+            more = False
+            for i in wanted:
+                path = job_dir / "logs" / f"{names[i]}.log"
+                start = offsets[i]
+                lines, truncated = _read_lines(path, i, offsets, final)
+                more = more or truncated
+                if lines:
+                    yield _with_cursors(names[i], lines, offsets, i, start)
+            if more:
+                continue
+            if final or not query.follow:
+                return
+            await asyncio.sleep(self._poll)
+
+    def _is_final(self, job: Job) -> bool:
+        """No more log lines can come: the job is final, or its supervisor is gone."""
+        state = self._read_state(job)
+        if state is not None and state.get("state") in TERMINAL_STATES:
+            return True
+        return self._supervisor_pid(job) is None
+
+    async def remove(self, job: Job) -> None:
+        self.forget(job)
+        job_dir = self._job_dir(job)
+        if job_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+
+
+LOG_BATCH_SIZE = 4 * 1024 * 1024
+
+
+def _with_cursors(
+    worker: str, lines: list[tuple[str, int]], offsets: list[int], i: int, start: int
+) -> list[LogLine]:
+    """LogLines for one worker's batch, each with the cursor just past it."""
+    before = _encode_cursor(offsets[:i]) + "." if i else "l1."
+    after = "".join(f".{o}" for o in offsets[i + 1 :])
+    position, result = start, []
+    for text, size in lines:
+        position += size
+        result.append(LogLine(worker, text, f"{before}{position}{after}"))
+    return result
+
+
+def _read_lines(path: Path, i: int, offsets: list[int], final: bool) -> tuple[list[tuple[str, int]], bool]:
+    """Whole lines of one worker's log from offsets[i] on (the offset moves past each),
+    and whether more than one batch was waiting.
+
+    A last line without its newline waits for more unless the job is final."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offsets[i])
+            data = f.read(LOG_BATCH_SIZE)
+    except FileNotFoundError:
+        return [], False
+    lines: list[tuple[str, int]] = []
+    start = 0
+    whole = len(data) < LOG_BATCH_SIZE  # the file's end is in this batch
+    while start < len(data):
+        end = data.find(b"\n", start, start + LOG_READ_SIZE)
+        if end < 0:
+            if len(data) - start >= LOG_READ_SIZE:
+                end = start + LOG_READ_SIZE - 1  # an endless line, cut
+            elif final and whole:
+                end = len(data) - 1
+            else:
+                break
+            piece, step = data[start : end + 1], end + 1
+        else:
+            piece, step = data[start:end], end + 1
+        lines.append((piece.decode("utf-8", errors="replace"), step - start))
+        offsets[i] += step - start
+        start = step
+    return lines, not whole
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct ports the kernel says are free now (bound and released together)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _unzip(archive: Any, target: Path) -> None:
+    with zipfile.ZipFile(archive) as z:
+        for info in z.infolist():
+            name = Path(info.filename)
+            if name.is_absolute() or ".." in name.parts:
+                raise ValueError(f"the zip archive holds an unsafe name: {info.filename!r}")
+        z.extractall(target)  # noqa: S202 - every name was checked above
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "no output"
+    return " | ".join(text[-lines:]) or "no output"
+
+
+def _tail_offset(path: Path, lines: int) -> int:
+    """The offset where the last `lines` whole lines of a file begin."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            pos, found, block = end, 0, 64 * 1024
+            if lines <= 0:
+                return end
+            skip_last_newline = True
+            while pos > 0:
+                size = min(block, pos)
+                pos -= size
+                f.seek(pos)
+                chunk = f.read(size)
+                i = len(chunk)
+                while True:
+                    i = chunk.rfind(b"\n", 0, i)
+                    if i < 0:
+                        break
+                    if skip_last_newline and pos + i == end - 1:
+                        skip_last_newline = False
+                        continue
+                    found += 1
+                    if found == lines:
+                        return pos + i + 1
+                skip_last_newline = False
+            return 0
+    except FileNotFoundError:
+        return 0
+
+
+def _encode_cursor(offsets: Sequence[int]) -> str:
+    return "l1." + ".".join(map(str, offsets))
+
+
+def _decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
+    version, _, rest = cursor.partition(".")
+    parts = rest.split(".") if rest else []
+    if version != "l1" or len(parts) != len(names) or not all(p.isdigit() and len(p) < 16 for p in parts):
+        raise BadCursor(f"{cursor[:60]!r} is not a log cursor of this job")
+    return [int(p) for p in parts]

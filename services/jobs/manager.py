@@ -1,0 +1,492 @@
+"""The jobs service's core: submit, kill, quota, and the loop that records what backends see.
+
+The store is the history; the backend runs jobs. `JobManager` keeps the two in step:
+a submit is validated (spec, package on PFS, name, quota) and recorded `PENDING` before
+the backend starts it; a reconcile loop observes every active job, records the backend's
+events and turns state changes into compare-and-set transitions, so a kill and a natural
+end racing each other leave exactly one final state. On start the manager re-attaches to
+every job the store still calls active: a job that ran on while the service was down
+gets the final state its supervisor recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import uuid4
+
+import structlog
+from pydantic import ValidationError
+
+from paddlecloud.common import errors
+from paddlecloud.common.config import Config
+from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.quantity import format_bytes, format_cpu_milli
+from paddlecloud.common.store import AlreadyExists, Job, Store
+from paddlecloud.common.store.models import (
+    ACTIVE_STATES,
+    FAILED,
+    KILLED,
+    PENDING,
+    RUNNING,
+    TERMINAL_STATES,
+    JobEvent,
+    utcnow,
+)
+from paddlecloud.common.web import validation_problem
+from paddlecloud.pfs.paths import PfsPath, Root, authorize, parse_path
+from paddlecloud.pfs.usage import Usage
+
+from .backend import Backend, Launch, planned_workers
+from .local.backend import StartFailed
+from .spec import JobSpec, parse_submission
+
+log = structlog.get_logger(__name__)
+
+PACKAGE_NOT_FOUND = errors.ErrorKind("ERR_PACKAGE_NOT_FOUND", 422, "Job package not found")
+# Events the backend reported (as opposed to state changes and the service's own notices).
+BACKEND_EVENT_TYPES = frozenset({"normal", "warning"})
+ARCHIVE_SUFFIXES = {".tar.gz": "tar", ".tgz": "tar", ".tar": "tar", ".zip": "zip"}
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def field_problem(field: str, message: str) -> errors.ProblemError:
+    """A 422 naming one field of the submitted spec."""
+    return errors.VALIDATION(f"{field}: {message}", errors=[{"field": field, "message": message}])
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "owner": job.owner,
+        "state": job.state,
+        "reason": job.reason,
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+        "started_at": iso(job.started_at),
+        "finished_at": iso(job.finished_at),
+        "spec": job.spec,
+    }
+
+
+def event_view(event: JobEvent) -> dict[str, Any]:
+    return {
+        "time": iso(event.time),
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message,
+        "state": event.state,
+    }
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A spec whose paths are resolved and checked, ready to start."""
+
+    spec: JobSpec
+    launch_paths: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu_milli: int = 0
+    gpu: int = 0
+    memory_bytes: int = 0
+    jobs: int = 0
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Resources:
+        return cls(
+            cpu_milli=spec.trainers * spec.cpu_milli + spec.pservers * spec.pscpu_milli,
+            gpu=spec.trainers * spec.gpu,
+            memory_bytes=spec.trainers * spec.memory_bytes + spec.pservers * spec.psmemory_bytes,
+            jobs=1,
+        )
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.cpu_milli + other.cpu_milli,
+            self.gpu + other.gpu,
+            self.memory_bytes + other.memory_bytes,
+            self.jobs + other.jobs,
+        )
+
+
+class JobManager:
+    def __init__(self, config: Config, store: Store, backend: Backend, root: Root) -> None:
+        self._config = config
+        self._store = store
+        self._backend = backend
+        self._root = root
+        self._usage = Usage(root)
+        self._datacenter = config.pfs.datacenter
+        self._submit_locks: dict[str, asyncio.Lock] = {}
+        self._active: dict[str, Job] = {}
+        self._seen_events: dict[str, int] = {}
+        self._job_locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    # -- submit ----------------------------------------------------------------------
+
+    def home(self, user: str) -> str:
+        return f"/pfs/{self._datacenter}/home/{user}"
+
+    async def submit(self, identity: Identity, body: Any, *, dry_run: bool = False) -> dict[str, Any]:
+        try:
+            spec = parse_submission(body)
+        except ValidationError as exc:
+            raise validation_problem(exc) from exc
+        owner = identity.user
+        if spec.datacenter is not None and spec.datacenter != self._datacenter:
+            message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
+            raise field_problem("datacenter", message)
+        home = self.home(owner)
+        package, package_kind = await asyncio.to_thread(self._check_package, identity, spec.package)
+        output_text = spec.output or f"{home}/jobs/{spec.name}/output"
+        output = self._check_path(identity, "output", output_text, write=True)
+        input_path = None
+        if spec.input is not None:
+            input_path = self._check_path(identity, "input", spec.input, write=False)
+            await asyncio.to_thread(self._must_exist, "input", input_path)
+        lock = self._submit_locks.setdefault(owner, asyncio.Lock())
+        async with lock:  # one submit per user at a time, so two cannot both fit the quota
+            existing = await self._store.get_job(owner, spec.name)
+            if existing is not None:
+                raise errors.ALREADY_EXISTS(
+                    f"job {spec.name!r} already exists ({existing.state}); "
+                    f"`paddlecloud kill -rm {spec.name}` removes it, or choose another name"
+                )
+            await self._check_quota(owner, spec)
+            now = utcnow()
+            job = Job(
+                id=uuid4().hex,
+                owner=owner,
+                name=spec.name,
+                state=PENDING,
+                spec=spec.to_dict(),
+                created_at=now,
+                updated_at=now,
+                reason="submitted",
+            )
+            if dry_run:
+                return {
+                    "dry_run": True,
+                    "job": job_view(job),
+                    "workers": [w.to_dict() for w in planned_workers(spec)],
+                    "package": {"path": package.text, "kind": package_kind},
+                    "output": output.text,
+                }
+            try:
+                await self._store.create_job(job)
+            except AlreadyExists:
+                raise errors.ALREADY_EXISTS(f"job {spec.name!r} already exists") from None
+        await self._state_event(job, PENDING, "JobSubmitted", f"submitted by {owner}")
+        if spec.image is not None:
+            note = "the local backend runs jobs with its own Python"
+            await self._event(job, "notice", "ImageIgnored", note)
+        launch = Launch(
+            job=job,
+            spec=spec,
+            datacenter=self._datacenter,
+            pfs_home=home,
+            output=output.text,
+            package=package.text,
+            package_kind=package_kind,
+            input=None if input_path is None else input_path.text,
+        )
+        async with self._job_lock(job.id):
+            try:
+                info = await self._backend.start(launch)
+            except StartFailed as exc:
+                failed = await self._transition(job, FAILED, str(exc), finished_at=utcnow())
+                return job_view(failed or job)
+            updated = await self._store.update_job(job.id, backend=info)
+            job = updated or job
+            self._active[job.id] = job
+        return job_view(job)
+
+    def _resolve(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
+        if not text.startswith("/"):
+            text = f"{self.home(identity.user)}/{text}"
+        try:
+            path = parse_path(text, self._datacenter)
+            authorize(path, identity, write=write)
+        except errors.ProblemError as exc:
+            raise field_problem(field, exc.detail) from None
+        return path
+
+    def _check_path(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
+        return self._resolve(identity, field, text, write=write)
+
+    def _must_exist(self, field: str, path: PfsPath) -> os.stat_result:
+        try:
+            fd = self._root.open(path, os.O_PATH | os.O_CLOEXEC)
+        except PermissionError:
+            message = f"{path} leads outside its area through a symlink"
+            raise field_problem(field, message) from None
+        except (FileNotFoundError, NotADirectoryError, errors.ProblemError):
+            message = f"{path} does not exist on PFS"
+            raise field_problem(field, message) from None
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def _check_package(self, identity: Identity, text: str) -> tuple[PfsPath, str]:
+        path = self._resolve(identity, "package", text, write=False)
+        try:
+            st = self._must_exist("package", path)
+        except errors.ProblemError:
+            raise PACKAGE_NOT_FOUND(
+                f"the job package {path} was not found on PFS. Likely causes: it was not uploaded "
+                f"(`paddlecloud submit` uploads a local directory for you; `paddlecloud cp` uploads "
+                f"by hand), the path is misspelled (`paddlecloud ls {path.parent()}`), or its upload "
+                f"failed because the storage quota is full (`paddlecloud get quota`).",
+                errors=[{"field": "package", "message": f"{path} not found"}],
+            ) from None
+        if stat.S_ISDIR(st.st_mode):
+            return path, "dir"
+        kind = next((k for suffix, k in ARCHIVE_SUFFIXES.items() if path.name.endswith(suffix)), None)
+        if stat.S_ISREG(st.st_mode) and kind is not None:
+            return path, kind
+        raise field_problem("package", f"{path} must be a directory or a .tar.gz, .tgz, .tar or .zip archive")
+
+    # -- quota -----------------------------------------------------------------------
+
+    async def _in_use(self, owner: str) -> Resources:
+        total = Resources()
+        async for job in self._all_jobs(owner, ACTIVE_STATES):
+            try:
+                total = total + Resources.of(JobSpec.model_validate(job.spec))
+            except ValidationError:
+                log.warning("stored spec no longer valid", job=job.name, owner=owner)
+        return total
+
+    async def _all_jobs(self, owner: str | None, states: Collection[str]) -> AsyncIterator[Job]:
+        cursor = None
+        while True:
+            page, cursor = await self._store.list_jobs(owner, states=states, limit=500, cursor=cursor)
+            for job in page:
+                yield job
+            if cursor is None:
+                return
+
+    async def _check_quota(self, owner: str, spec: JobSpec) -> None:
+        user = await self._store.get_user(owner)
+        if user is None:
+            raise errors.FORBIDDEN(f"user {owner!r} does not exist")
+        quota = user.quota
+        used = await self._in_use(owner)
+        asked = Resources.of(spec)
+        over = []
+        checks: list[tuple[str, int, int, int | None, Callable[[int], str]]] = [
+            ("cpu", asked.cpu_milli, used.cpu_milli, quota.cpu_milli, format_cpu_milli),
+            ("gpu", asked.gpu, used.gpu, quota.gpu, str),
+            ("memory", asked.memory_bytes, used.memory_bytes, quota.memory_bytes, format_bytes),
+            ("jobs", asked.jobs, used.jobs, quota.jobs, str),
+        ]
+        for resource, want, have, limit, fmt in checks:
+            if limit is not None and want + have > limit:
+                over.append((resource, fmt(want), fmt(have), fmt(limit)))
+        if quota.storage_bytes is not None:
+            stored = (await self._usage.of(owner)).bytes
+            if stored >= quota.storage_bytes:
+                over.append(("storage", "0", format_bytes(stored), format_bytes(quota.storage_bytes)))
+        if over:
+            parts = [f"{r}: asked {a}, in use {u}, allowed {lim}" for r, a, u, lim in over]
+            raise errors.QUOTA_EXCEEDED(
+                f"job {spec.name!r} does not fit your quota — " + "; ".join(parts),
+                quota=[{"resource": r, "requested": a, "used": u, "limit": lim} for r, a, u, lim in over],
+            )
+
+    async def quota(self, owner: str) -> dict[str, Any]:
+        user = await self._store.get_user(owner)
+        if user is None:
+            raise errors.NOT_FOUND(f"user {owner!r} does not exist")
+        q = user.quota
+        used = await self._in_use(owner)
+        stored = (await self._usage.of(owner)).bytes
+
+        def opt(value: int | None, fmt: Any) -> Any:
+            return None if value is None else fmt(value)
+
+        return {
+            "user": owner,
+            "cpu": {"used": format_cpu_milli(used.cpu_milli), "limit": opt(q.cpu_milli, format_cpu_milli)},
+            "gpu": {"used": used.gpu, "limit": q.gpu},
+            "memory": {"used": format_bytes(used.memory_bytes), "limit": opt(q.memory_bytes, format_bytes)},
+            "jobs": {"used": used.jobs, "limit": q.jobs},
+            "storage": {"used": format_bytes(stored), "limit": opt(q.storage_bytes, format_bytes)},
+        }
+
+    # -- reading ---------------------------------------------------------------------
+
+    async def get(self, owner: str, name: str) -> Job:
+        job = await self._store.get_job(owner, name)
+        if job is None:
+            raise errors.NOT_FOUND(f"no job named {name!r}")
+        return job
+
+    async def events(self, job: Job) -> list[dict[str, Any]]:
+        return [event_view(e) for e in await self._store.list_events(job.id)]
+
+    # -- kill ------------------------------------------------------------------------
+
+    async def kill(self, identity: Identity, name: str, *, remove: bool) -> Job | None:
+        """Stop the job if it is active and record KILLED; with `remove`, forget it too."""
+        job = await self.get(identity.user, name)
+        if job.state in ACTIVE_STATES:
+            log.info("killing job", job=name, owner=job.owner)
+            await self._backend.stop(job, self._config.jobs.grace_seconds)
+            async with self._job_lock(job.id):
+                await self._reconcile_locked(job)
+                current = await self._store.get_job_by_id(job.id)
+                if current is not None and current.state in ACTIVE_STATES:
+                    reason = f"killed by {identity.user}"
+                    await self._transition(current, KILLED, reason, finished_at=utcnow())
+                self._drop(job)
+        if remove:
+            await self._backend.remove(job)
+            await self._store.delete_job(job.id)
+            return None
+        return await self._store.get_job_by_id(job.id)
+
+    # -- reconcile -------------------------------------------------------------------
+
+    async def resume(self) -> None:
+        """Re-attach to every job the store calls active (after a restart of this service)."""
+        async for job in self._all_jobs(None, ACTIVE_STATES):
+            if not job.backend:
+                await self._transition(job, FAILED, "the jobs service stopped before it started the job")
+                continue
+            self._active[job.id] = job
+            self._seen_events[job.id] = len(
+                [e for e in await self._store.list_events(job.id) if e.type in BACKEND_EVENT_TYPES]
+            )
+        if self._active:
+            log.info("re-attached to running jobs", count=len(self._active))
+
+    async def run(self) -> None:
+        """Observe active jobs forever, every `jobs.poll_seconds`."""
+        while True:
+            for job in list(self._active.values()):
+                try:
+                    async with self._job_lock(job.id):
+                        await self._reconcile_locked(job)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("reconcile failed", job=job.name, owner=job.owner)
+            await asyncio.sleep(self._config.jobs.poll_seconds)
+
+    def _job_lock(self, job_id: str) -> asyncio.Lock:
+        return self._job_locks.setdefault(job_id, asyncio.Lock())
+
+    def _drop(self, job: Job) -> None:
+        self._active.pop(job.id, None)
+        self._seen_events.pop(job.id, None)
+        self._job_locks.pop(job.id, None)
+        forget = getattr(self._backend, "forget", None)
+        if forget is not None:
+            forget(job)
+
+    async def _reconcile_locked(self, job: Job) -> None:
+        current = self._active.get(job.id) or await self._store.get_job_by_id(job.id)
+        if current is None or current.state in TERMINAL_STATES:
+            self._drop(job)
+            return
+        observed = await self._backend.observe(current, self._seen_events.get(job.id, 0))
+        for event in observed.events:
+            await self._store.add_event(
+                JobEvent(
+                    job_id=job.id,
+                    time=_parse_time(event.time) or utcnow(),
+                    type=event.type.lower(),
+                    reason=event.reason,
+                    message=event.message,
+                )
+            )
+        self._seen_events[job.id] = observed.seen_events
+        state = observed.state
+        if state == current.state:
+            if observed.reason and observed.reason != current.reason:
+                updated = await self._store.update_job(job.id, reason=observed.reason)
+                self._remember(updated)
+            return
+        skipped_running = state in TERMINAL_STATES and current.state != RUNNING and observed.started_at
+        if state == RUNNING or skipped_running:
+            started = _parse_time(observed.started_at) or utcnow()
+            reason = observed.reason if state == RUNNING else "running"
+            updated = await self._transition(current, RUNNING, reason, started_at=started)
+            if updated is None:
+                return
+            current = updated
+        if state in TERMINAL_STATES:
+            finished = _parse_time(observed.finished_at) or utcnow()
+            await self._transition(current, state, observed.reason, finished_at=finished)
+            self._drop(job)
+
+    def _remember(self, job: Job | None) -> None:
+        if job is not None and job.id in self._active:
+            if job.state in TERMINAL_STATES:
+                self._drop(job)
+            else:
+                self._active[job.id] = job
+
+    async def _transition(self, job: Job, state: str, reason: str, **fields: Any) -> Job | None:
+        expected = ACTIVE_STATES if state in TERMINAL_STATES else {PENDING, "BUILDING"}
+        updated = await self._store.transition_job(job.id, expected, state, reason=reason, **fields)
+        if updated is None:
+            latest = await self._store.get_job_by_id(job.id)
+            self._remember(latest)
+            return None
+        title = {"RUNNING": "JobRunning"}.get(state, f"Job{state.capitalize()}")
+        await self._state_event(updated, state, title, reason)
+        self._remember(updated)
+        log.info("job state", job=job.name, owner=job.owner, state=state, reason=reason)
+        return updated
+
+    async def _state_event(self, job: Job, state: str, reason: str, message: str) -> None:
+        await self._store.add_event(
+            JobEvent(job_id=job.id, time=utcnow(), type="state", reason=reason, message=message, state=state)
+        )
+
+    async def _event(self, job: Job, kind: str, reason: str, message: str) -> None:
+        event = JobEvent(job_id=job.id, time=utcnow(), type=kind, reason=reason, message=message)
+        await self._store.add_event(event)
+
+
+@contextlib.asynccontextmanager
+async def reconciling(manager: JobManager) -> AsyncIterator[None]:
+    """Re-attach, then run the reconcile loop for the duration of the block."""
+    await manager.resume()
+    task = asyncio.create_task(manager.run(), name="jobs-reconcile")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,114 @@
+"""The jobs service as a real process: jobs outlive it, and a restarted service records their end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from paddlecloud.common import internal_auth
+from paddlecloud.common.store import User, open_store
+from support import INTERNAL_SECRET, ServiceProcess, write_config
+
+ALICE = internal_auth.Identity("alice")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    config = write_config(tmp_path, pfs={"datacenter": "dc1"}, jobs={"poll_seconds": 0.05})
+    process = ServiceProcess("jobs", config, tmp_path)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def signed(method: str, path_qs: str) -> dict[str, str]:
+    request_id = secrets.token_hex(8)
+    return {
+        "X-Request-ID": request_id,
+        **internal_auth.sign(INTERNAL_SECRET.encode(), ALICE, request_id, method, path_qs),
+    }
+
+
+async def call(service: ServiceProcess, method: str, path_qs: str, **kwargs: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session:
+        url = f"{service.url}{path_qs}"
+        async with session.request(method, url, headers=signed(method, path_qs), **kwargs) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+
+async def state_of(service: ServiceProcess, name: str) -> dict[str, Any]:
+    status, body = await call(service, "GET", f"/api/v1/jobs/{name}")
+    assert status == 200, body
+    return body  # type: ignore[no-any-return]
+
+
+async def wait_for(
+    service: ServiceProcess, name: str, states: set[str], timeout: float = 60
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = await state_of(service, name)
+        if job["state"] in states:
+            return job
+        assert time.monotonic() < deadline, job
+        await asyncio.sleep(0.05)
+
+
+async def add_alice(tmp_path: Path) -> None:
+    """Alice straight into the store (the gateway, which owns users, is not running)."""
+    store = open_store(f"sqlite:///{tmp_path}/store.db")
+    await store.open()
+    try:
+        await store.create_user(User("alice", "!unused"))
+    finally:
+        await store.close()
+
+
+async def test_jobs_run_on_while_the_service_is_killed_and_a_restart_records_their_end(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
+    await add_alice(tmp_path)
+    package = tmp_path / "pfs" / "home" / "alice" / "pkg"
+    package.mkdir(parents=True)
+    (package / "train.py").write_text(
+        "import os, sys, time\ntime.sleep(float(os.environ['NAP']))\nprint('done', flush=True)\n"
+    )
+    for name, nap in (("short", "1.5"), ("long", "5")):
+        spec = {"name": name, "package": "/pfs/dc1/home/alice/pkg", "env": {"NAP": nap}}
+        status, body = await call(service, "POST", "/api/v1/jobs", json=spec)
+        assert status == 201, body
+    for name in ("short", "long"):
+        await wait_for(service, name, {"RUNNING"})
+    assert service.process is not None
+    os.kill(service.process.pid, signal.SIGKILL)
+    service.process.wait()
+    # "short" ends while nobody is watching; "long" is still running at the restart.
+    await asyncio.sleep(2.5)
+    states = {
+        p.parent.name: json.loads(p.read_text())["state"]
+        for p in (tmp_path / "jobs" / "alice").glob("*/state.json")
+    }
+    assert sorted(states.values()) == ["RUNNING", "SUCCEEDED"], states
+    service.start()
+    short = await wait_for(service, "short", {"SUCCEEDED", "FAILED", "KILLED"})
+    assert short["state"] == "SUCCEEDED", short
+    long = await wait_for(service, "long", {"SUCCEEDED", "FAILED", "KILLED"})
+    assert long["state"] == "SUCCEEDED", long
+    assert [e["state"] for e in long["events"] if e["type"] == "state"] == ["PENDING", "RUNNING", "SUCCEEDED"]
+    # The supervisor's events were recorded once each, not again after the restart.
+    reasons = [e["reason"] for e in long["events"] if e["type"] != "state"]
+    assert reasons.count("WorkerStarted") == 1, reasons
+    status, logs = await call(service, "GET", "/api/v1/jobs/long/events")
+    assert status == 200 and len(logs["events"]) == len(long["events"])
