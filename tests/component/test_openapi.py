@@ -73,3 +73,23 @@ def test_document_lists_exactly_the_pfs_services_routes(tmp_path) -> None:
         if method in METHODS
     }
     assert routes == documented
+
+
+def test_document_lists_exactly_the_jobs_services_routes(tmp_path) -> None:
+    from paddlecloud.jobs.app import create_app as create_jobs
+
+    app = create_jobs(make_config(tmp_path))
+    routes = set()
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource else ""
+        if path.startswith(("/api/v1/jobs", "/api/v1/quota")) and route.method.lower() in METHODS:
+            routes.add((route.method.lower(), path.removeprefix("/api/v1")))
+    routes -= {("head", path) for method, path in routes if method == "get"}
+    documented = {
+        (method, path)
+        for path, item in openapi_document()["paths"].items()
+        if path.startswith(("/jobs", "/quota"))
+        for method in item
+        if method in METHODS
+    }
+    assert routes == documented
