@@ -19,7 +19,7 @@ the same calls onto a StatefulSet, an Indexed Job and watches; nothing above cha
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,7 +166,7 @@ class Backend(abc.ABC):
     async def workers(self, job: Job) -> list[WorkerInfo]: ...
 
     @abc.abstractmethod
-    def logs(self, job: Job, query: LogQuery) -> AsyncIterator[list[LogLine]]:
+    def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         """The job's log lines in batches, as they become available; BadCursor for a
         cursor that is not ours."""
 

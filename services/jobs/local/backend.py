@@ -28,7 +28,7 @@ import stat
 import sys
 import tarfile
 import zipfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,7 +383,7 @@ class LocalBackend(Backend):
 
     # -- logs ------------------------------------------------------------------------
 
-    async def logs(self, job: Job, query: LogQuery) -> AsyncIterator[list[LogLine]]:
+    async def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         job_dir = self._job_dir(job)
         names = [w.name for w in self._plan(job).workers]
         if job_dir is None or not names:
