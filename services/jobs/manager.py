@@ -164,7 +164,7 @@ class JobManager:
             message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
             raise field_problem("datacenter", message)
         home = self.home(owner)
-        package, package_kind = await asyncio.to_thread(self._check_package, identity, spec.package)
+        package = self._resolve(identity, "package", spec.package, write=False)
         output_text = spec.output or f"{home}/jobs/{spec.name}/output"
         output = self._check_path(identity, "output", output_text, write=True)
         input_path = None
@@ -180,6 +180,13 @@ class JobManager:
                     f"`paddlecloud kill -rm {spec.name}` removes it, or choose another name"
                 )
             await self._check_quota(owner, spec)
+            # Last, so a dry run of a package not uploaded yet still checks name and quota.
+            try:
+                package_kind = await asyncio.to_thread(self._check_package, package)
+            except errors.ProblemError as exc:
+                if not (dry_run and exc.kind is PACKAGE_NOT_FOUND):
+                    raise
+                package_kind = None
             now = utcnow()
             job = Job(
                 id=uuid4().hex,
@@ -196,7 +203,11 @@ class JobManager:
                     "dry_run": True,
                     "job": job_view(job),
                     "workers": [w.to_dict() for w in planned_workers(spec)],
-                    "package": {"path": package.text, "kind": package_kind},
+                    "package": {
+                        "path": package.text,
+                        "kind": package_kind,
+                        "found": package_kind is not None,
+                    },
                     "output": output.text,
                 }
             try:
@@ -214,7 +225,7 @@ class JobManager:
             pfs_home=home,
             output=output.text,
             package=package.text,
-            package_kind=package_kind,
+            package_kind=package_kind or "dir",
             input=None if input_path is None else input_path.text,
         )
         async with self._job_lock(job.id):
@@ -255,8 +266,8 @@ class JobManager:
         finally:
             os.close(fd)
 
-    def _check_package(self, identity: Identity, text: str) -> tuple[PfsPath, str]:
-        path = self._resolve(identity, "package", text, write=False)
+    def _check_package(self, path: PfsPath) -> str:
+        """The package's kind (dir, tar or zip); 422 if it is missing or neither."""
         try:
             st = self._must_exist("package", path)
         except errors.ProblemError:
@@ -268,10 +279,10 @@ class JobManager:
                 errors=[{"field": "package", "message": f"{path} not found"}],
             ) from None
         if stat.S_ISDIR(st.st_mode):
-            return path, "dir"
+            return "dir"
         kind = next((k for suffix, k in ARCHIVE_SUFFIXES.items() if path.name.endswith(suffix)), None)
         if stat.S_ISREG(st.st_mode) and kind is not None:
-            return path, kind
+            return kind
         raise field_problem("package", f"{path} must be a directory or a .tar.gz, .tgz, .tar or .zip archive")
 
     # -- quota -----------------------------------------------------------------------

@@ -376,8 +376,16 @@ async def test_original_body_and_dry_run(jobs: Jobs) -> None:
     assert resp.status == 200, body
     assert body["dry_run"] is True and body["job"]["spec"]["trainers"] == 2
     assert [w["name"] for w in body["workers"]] == ["pserver-0", "trainer-0", "trainer-1"]
-    assert body["package"] == {"path": package, "kind": "dir"}
+    assert body["package"] == {"path": package, "kind": "dir", "found": True}
     assert (await jobs.call("GET", "jobs/orig")).status == 404  # nothing started or recorded
+    # A package not uploaded yet: the dry run still checks the rest, and says so.
+    missing = {"name": "later", "package": "pkgs/abc.tar.gz"}
+    resp = await jobs.call("POST", "jobs", params={"dry_run": "1"}, json=missing)
+    body = await resp.json()
+    assert resp.status == 200, body
+    assert body["package"] == {"path": "/pfs/dc1/home/alice/pkgs/abc.tar.gz", "kind": None, "found": False}
+    resp = await jobs.call("POST", "jobs", params={"dry_run": "1"}, json=missing | {"cpu": 100})
+    assert (await resp.json())["code"] == "ERR_QUOTA_EXCEEDED"
     assert not jobs.work_dir.exists() or not any(jobs.work_dir.rglob("plan.json"))
 
 
