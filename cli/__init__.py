@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from .client import AsyncClient, Client
     from .errors import ApiError, ConnectionProblem, PaddleCloudError
+    from .paddlejob import JobWaitTimeout, LogStreamLost, PaddleJob
     from .transfer import TransferFailed, TransferReport
 
 __all__ = [
@@ -17,7 +18,10 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConnectionProblem",
+    "JobWaitTimeout",
+    "LogStreamLost",
     "PaddleCloudError",
+    "PaddleJob",
     "TransferFailed",
     "TransferReport",
     "__version__",
@@ -31,6 +35,9 @@ _LAZY = {
     "ApiError": ".errors",
     "ConnectionProblem": ".errors",
     "PaddleCloudError": ".errors",
+    "PaddleJob": ".paddlejob",
+    "JobWaitTimeout": ".paddlejob",
+    "LogStreamLost": ".paddlejob",
     "TransferFailed": ".transfer",
     "TransferReport": ".transfer",
 }

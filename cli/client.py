@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json as jsonlib
 import os
+import shutil
+import tempfile
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
@@ -26,6 +29,8 @@ from .errors import (
     UnexpectedAnswer,
     summarize_body,
 )
+from .package import PACKAGE_DIR, Package, prepare
+from .paddlejob import JobWaitTimeout, LogStreamLost, is_final
 from .progress import Progress
 from .transfer import DEFAULT_JOBS, STATE_FILE, ResumeState, TransferFailed, TransferReport, Transfers
 
@@ -34,6 +39,8 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConnectionProblem",
+    "JobWaitTimeout",
+    "LogStreamLost",
     "PaddleCloudError",
     "TokenSlot",
     "TransferFailed",
@@ -45,6 +52,18 @@ DEFAULT_TIMEOUT = 30.0
 REQUEST_ID_HEADER = "X-Request-ID"
 QUOTA_KEYS = ("cpu", "gpu", "memory", "jobs", "storage")
 USER_AGENT = f"paddlecloud/{__version__} aiohttp/{aiohttp.__version__}"
+NDJSON = "application/x-ndjson"
+# Jobs asked for per page when following `next_cursor` (the server allows 1-500).
+JOBS_PAGE = 500
+# `wait` polls this often at first, then backs off to the maximum.
+WAIT_INTERVAL = 0.5
+WAIT_MAX_INTERVAL = 5.0
+# A broken log stream is resumed for this long (backing off between attempts) before giving up;
+# 502-504 are the gateway saying the jobs service is away for a moment (a restart).
+LOG_RECONNECT_SECONDS = 60.0
+LOG_RETRY_BASE_DELAY = 0.5
+LOG_RETRY_MAX_DELAY = 8.0
+RECONNECT_STATUSES = frozenset({502, 503, 504})
 
 # How a request obtains a token: log in before sending when none is at hand ("eager"), only
 # after the server answered 401 ("lazy"), or not at all ("never").
@@ -341,6 +360,236 @@ class AsyncClient:
             verify=verify,
         )
 
+    # --- jobs ----------------------------------------------------------------------------
+
+    async def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """Start a job from its spec (DESIGN §4); returns the new `Job`.
+
+        Send only the fields you mean: the server fills in the defaults. With `dry_run` the
+        server checks the spec, the quota and the package and starts nothing; the answer is
+        then `{dry_run, job, workers, package}`.
+        """
+        return await self._object("POST", "jobs", json=dict(spec), params={"dry_run": dry_run or None})
+
+    async def job(self, name: str) -> dict[str, Any]:
+        """One job: `Job` with its `events` and `workers`."""
+        return await self._object("GET", _job_path(name))
+
+    async def jobs(
+        self, all: bool = False, state: str | Sequence[str] | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Your jobs, newest first: active ones, or with `all` finished ones too; `state` filters
+        (one state or several). Follows the server's pages up to `limit` jobs (None: all)."""
+        states = state if isinstance(state, str) or state is None else ",".join(state)
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = JOBS_PAGE if limit is None else max(1, min(JOBS_PAGE, limit - len(found)))
+            params: dict[str, QueryValue] = {
+                "all": all or None,
+                "state": states,
+                "limit": page,
+                "cursor": cursor,
+            }
+            body = await self._object("GET", "jobs", params=params)
+            batch = body.get("jobs")
+            if not isinstance(batch, list):
+                raise UnexpectedAnswer(f"{self.endpoint} answered GET jobs without a `jobs` list")
+            found.extend(batch)
+            next_cursor = body.get("next_cursor")
+            if not isinstance(next_cursor, str) or not next_cursor or not batch:
+                break
+            if limit is not None and len(found) >= limit:
+                break
+            cursor = next_cursor
+        return found if limit is None else found[:limit]
+
+    async def workers(self, name: str) -> list[dict[str, Any]]:
+        """The job's parameter servers and trainers: `{name, role, index, state, restarts, ...}`."""
+        return await self._list("GET", _job_path(name, "workers"), "workers")
+
+    async def events(self, name: str) -> list[dict[str, Any]]:
+        """The job's events, oldest first: `{time, type, reason, message, state}`."""
+        return await self._list("GET", _job_path(name, "events"), "events")
+
+    async def quota(self) -> dict[str, Any]:
+        """Your usage against your limits: `{user, cpu: {used, limit}, gpu, memory, jobs, storage}`."""
+        return await self._object("GET", "quota")
+
+    async def kill(self, name: str, rm: bool = False) -> dict[str, Any] | None:
+        """Stop every process of the job (it ends KILLED if it was still active) and return it;
+        with `rm` also remove it and its logs from history (returns None then)."""
+        body = await self.request("DELETE", _job_path(name), params={"rm": rm or None})
+        return body if isinstance(body, dict) else None
+
+    async def wait(
+        self,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - the blocking Client's twin takes the same
+        *,
+        interval: float = WAIT_INTERVAL,
+    ) -> dict[str, Any]:
+        """Poll the job until it is SUCCEEDED, FAILED or KILLED and return it (events and workers
+        included); raise `JobWaitTimeout` when `timeout` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = interval
+        while True:
+            job = await self.job(name)
+            if is_final(job):
+                return job
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JobWaitTimeout(name, timeout or 0.0, job)
+                delay = min(delay, left)
+            await asyncio.sleep(delay)
+            delay = min(WAIT_MAX_INTERVAL, delay * 1.5)
+
+    async def logs(
+        self,
+        name: str,
+        *,
+        tail: int | None = None,
+        follow: bool = False,
+        role: str | None = None,
+        worker: str | Sequence[str] | None = None,
+        cursor: str | None = None,
+        reconnect_for: float = LOG_RECONNECT_SECONDS,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The job's log lines as `{worker, line, cursor}`, parameter servers' included.
+
+        `tail` starts from the last N lines of each worker; `follow` goes on until the job
+        has ended and every line was sent; `role` (`trainer` or `pserver`) and `worker`
+        (one name or several) narrow it down; `cursor` starts after that line. When the
+        connection drops midway it reconnects after the last line received, so no line is
+        lost or repeated; after `reconnect_for` seconds of failed attempts it gives up with
+        `LogStreamLost` (whose `cursor` lets a caller resume later).
+        """
+        workers = [worker] if isinstance(worker, str) else list(worker or [])
+        last = cursor
+        failing_since: float | None = None
+        attempt = 0
+        timeout = None
+        if follow:
+            # A quiet job sends nothing for hours: no read timeout, but connecting still has one.
+            timeout = aiohttp.ClientTimeout(
+                total=None, connect=self._timeout, sock_connect=self._timeout, sock_read=None
+            )
+        while True:
+            query: list[tuple[str, str]] = []
+            if last is not None:
+                query.append(("cursor", last))
+            elif tail is not None:
+                query.append(("tail", str(tail)))
+            if follow:
+                query.append(("follow", "1"))
+            if role:
+                query.append(("role", role))
+            query.extend(("worker", w) for w in workers)
+            path = _job_path(name, "logs") + ("?" + urlencode(query) if query else "")
+            try:
+                async with self.open(
+                    "GET", path, headers={"Accept": NDJSON}, client_timeout=timeout
+                ) as response:
+                    buffer = b""
+                    async for chunk in response.content.iter_any():
+                        buffer += chunk
+                        *complete, buffer = buffer.split(b"\n")
+                        for raw in complete:
+                            entry = self._log_entry(raw, name)
+                            if entry is None:
+                                continue
+                            if isinstance(entry.get("cursor"), str):
+                                last = entry["cursor"]
+                            failing_since, attempt = None, 0
+                            yield entry
+                    # A clean end of the body; a last line without its newline still counts.
+                    entry = self._log_entry(buffer, name)
+                    if entry is not None:
+                        yield entry
+                return
+            except (ConnectionProblem, ApiError) as exc:
+                if isinstance(exc, ApiError) and exc.status not in RECONNECT_STATUSES:
+                    raise
+                # A partial line in the buffer is dropped: it comes again after `last`.
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since >= reconnect_for:
+                    reason = exc.reason if isinstance(exc, ConnectionProblem) else str(exc)
+                    raise LogStreamLost(name, reconnect_for, reason, last) from exc
+                attempt += 1
+                if self._log is not None:
+                    self._log(f"log stream of {name} broke ({exc}); reconnecting (attempt {attempt})")
+                await asyncio.sleep(min(LOG_RETRY_MAX_DELAY, LOG_RETRY_BASE_DELAY * 2 ** (attempt - 1)))
+
+    def _log_entry(self, raw: bytes, name: str) -> dict[str, Any] | None:
+        if not raw.strip():
+            return None
+        try:
+            entry = jsonlib.loads(raw)
+        except ValueError:
+            raise UnexpectedAnswer(
+                f"{self.endpoint} sent a log line of job {name} that is not JSON: "
+                f"{summarize_body(raw, 'text/plain', 80)}"
+            ) from None
+        if not isinstance(entry, dict):
+            raise UnexpectedAnswer(f"{self.endpoint} sent a log line of job {name} that is not an object")
+        return entry
+
+    # --- job packages ----------------------------------------------------------------------
+
+    async def package_path(self, filename: str) -> str:
+        """Where a package archive called `filename` (`<sha256>.tar.gz`) lives on PFS."""
+        return pfspaths.join(await self.pfs_home(), f"{PACKAGE_DIR}/{filename}")
+
+    async def package_on_pfs(self, pkg: Package) -> str | None:
+        """The PFS path of `pkg` if PFS already holds it (same name, same size), else None."""
+        remote = await self.package_path(pkg.filename)
+        try:
+            entry = await self.pfs_stat(remote)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        # The name is the content's sha256 and PFS places a file only once it is complete
+        # and verified, so the size is all there is left to check.
+        return remote if entry.get("type") == "file" and entry.get("size") == pkg.size else None
+
+    async def upload_package(self, pkg: Package, *, progress: Progress | None = None) -> str:
+        """Upload `pkg` to its place on PFS (replacing a damaged copy); returns its PFS path."""
+        remote = await self.package_path(pkg.filename)
+        await self.upload(pkg.archive, remote, jobs=1, overwrite=True, progress=progress)
+        return remote
+
+    async def package(self, path: str | os.PathLike[str], *, progress: Progress | None = None) -> str:
+        """The PFS path of a job package, uploading it first if PFS does not hold it yet.
+
+        `path` is a local directory (packed reproducibly, see `paddlecloud.package`), a local
+        `.tar.gz`/`.zip`, or already a PFS path (`/pfs/...`, `pfs:x`), returned resolved.
+        """
+        text = os.fspath(path)
+        if pfspaths.is_remote(text):
+            return await self.pfs_path(text)
+        workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
+        try:
+            pkg = await asyncio.to_thread(prepare, Path(text), Path(workdir))
+            remote = await self.package_on_pfs(pkg)
+            return remote or await self.upload_package(pkg, progress=progress)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    async def package_location(self, path: str | os.PathLike[str]) -> str:
+        """The PFS path `package(path)` would return, without uploading anything."""
+        text = os.fspath(path)
+        if pfspaths.is_remote(text):
+            return await self.pfs_path(text)
+        workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
+        try:
+            pkg = await asyncio.to_thread(prepare, Path(text), Path(workdir))
+            return await self.package_path(pkg.filename)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
     # --- the transport that later features reuse ---------------------------------------------
 
     async def request(
@@ -513,6 +762,13 @@ class AsyncClient:
             raise UnexpectedAnswer(f"{self.endpoint} answered {method} {path} without a JSON object")
         return body
 
+    async def _list(self, method: str, path: str, key: str) -> list[dict[str, Any]]:
+        body = await self._object(method, path)
+        items = body.get(key)
+        if not isinstance(items, list):
+            raise UnexpectedAnswer(f"{self.endpoint} answered {method} {path} without a `{key}` list")
+        return items
+
     def _connection_problem(self, exc: BaseException) -> ConnectionProblem:
         reason: str
         if isinstance(exc, TimeoutError):
@@ -534,6 +790,10 @@ class AsyncClient:
         else:
             reason = str(exc) or type(exc).__name__
         return ConnectionProblem(self.endpoint, reason)
+
+
+def _job_path(name: str, *rest: str) -> str:
+    return "/".join(["jobs", quote(name, safe=""), *rest])
 
 
 def _query(params: Mapping[str, QueryValue] | None) -> dict[str, str] | None:
@@ -708,6 +968,81 @@ class Client:
                 state_file=state_file,
             )
         )
+
+    def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        return self._run(self.aio.submit(spec, dry_run))
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self._run(self.aio.job(name))
+
+    def jobs(
+        self, all: bool = False, state: str | Sequence[str] | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self._run(self.aio.jobs(all, state, limit))
+
+    def workers(self, name: str) -> list[dict[str, Any]]:
+        return self._run(self.aio.workers(name))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return self._run(self.aio.events(name))
+
+    def quota(self) -> dict[str, Any]:
+        return self._run(self.aio.quota())
+
+    def kill(self, name: str, rm: bool = False) -> dict[str, Any] | None:
+        return self._run(self.aio.kill(name, rm))
+
+    def wait(
+        self, name: str, timeout: float | None = None, *, interval: float = WAIT_INTERVAL
+    ) -> dict[str, Any]:
+        return self._run(self.aio.wait(name, timeout, interval=interval))
+
+    def logs(
+        self,
+        name: str,
+        *,
+        tail: int | None = None,
+        follow: bool = False,
+        role: str | None = None,
+        worker: str | Sequence[str] | None = None,
+        cursor: str | None = None,
+        reconnect_for: float = LOG_RECONNECT_SECONDS,
+    ) -> Iterator[dict[str, Any]]:
+        """`AsyncClient.logs` as a plain iterator; each entry is fetched when asked for."""
+        stream = self.aio.logs(
+            name,
+            tail=tail,
+            follow=follow,
+            role=role,
+            worker=worker,
+            cursor=cursor,
+            reconnect_for=reconnect_for,
+        )
+
+        async def step() -> tuple[bool, dict[str, Any] | None]:
+            try:
+                return True, await stream.__anext__()
+            except StopAsyncIteration:
+                return False, None
+
+        def entries() -> Iterator[dict[str, Any]]:
+            try:
+                while True:
+                    more, entry = self._run(step())
+                    if not more or entry is None:
+                        return
+                    yield entry
+            finally:
+                if not self._closed:
+                    self._run(stream.aclose())
+
+        return entries()
+
+    def package(self, path: str | os.PathLike[str], *, progress: Progress | None = None) -> str:
+        return self._run(self.aio.package(path, progress=progress))
+
+    def package_location(self, path: str | os.PathLike[str]) -> str:
+        return self._run(self.aio.package_location(path))
 
     def request(
         self,

@@ -80,9 +80,11 @@ class ApiError(PaddleCloudError):
         parts = [self.title]
         if self.detail and self.detail != self.title:
             parts.append(f": {self.detail}")
-        if self.errors:
+        # Servers often sum the field errors up in the detail already; say each once.
+        extra = [str(e) for e in self.errors if not (self.detail and e.message in self.detail)]
+        if extra:
             parts.append(": " if len(parts) == 1 else "; ")
-            parts.append("; ".join(str(e) for e in self.errors))
+            parts.append("; ".join(extra))
         if self.request_id:
             parts.append(f" (request id {self.request_id})")
         return one_line("".join(parts))

@@ -1,0 +1,808 @@
+"""Job commands: `submit`, `get jobs|job|workers|quota`, `logs` and `kill`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import shutil
+import string
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..client import AsyncClient
+from ..context import Context, UsageError
+from ..errors import PaddleCloudError
+from ..flags import ArgumentParser, add_flag
+from ..output import FORMATS, Column, cell, render_data, render_record, render_table
+from ..package import BIG_PACKAGE, IGNORE_FILE, Package, prepare
+from ..paddlejob import FINAL_STATES, is_final, log_text, pfs_package
+from ..progress import Progress, human_size, plural
+from . import CommandTree
+
+ORDER = 20
+
+# DESIGN §4's defaults, used only to show a dry run's plan when the server could not make it.
+DEFAULTS = {
+    "trainers": 1,
+    "pservers": 0,
+    "cpu": "1",
+    "gpu": 0,
+    "memory": "1Gi",
+    "pscpu": "1",
+    "psmemory": "1Gi",
+}
+MAX_NAME_LENGTH = 44
+NAME_SUFFIX_LENGTH = 5
+# `--output` of `submit` is both the global output format and the job's output path; a value
+# that is a format is the former (see `_split_output`), this spelling is always the latter.
+OUTPUT_PATH_FLAG = "--output-path"
+
+
+class JobEnded(PaddleCloudError):
+    """A followed job ended other than SUCCEEDED; the message says how and why."""
+
+
+# --- the spec from the command line ---------------------------------------------------------
+
+
+def parse_env(items: Sequence[str]) -> dict[str, str]:
+    """`--env K=V` values as a map (the last of a repeated key wins); `UsageError` on bad syntax."""
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--env {item!r}: expected KEY=VALUE, such as --env LEARNING_RATE=0.01")
+        if key != key.strip():
+            raise UsageError(f"--env {item!r}: no spaces around the name, KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def package_argument(args: argparse.Namespace) -> str:
+    """The package the command line names, positionally or with --package-path (not both)."""
+    positional, flag = getattr(args, "package", None), getattr(args, "package_path", None)
+    if positional and flag and positional != flag:
+        raise UsageError(f"two packages given: {flag} (--package-path) and {positional}; give one")
+    package = positional or flag
+    if not package:
+        raise UsageError(
+            "submit: which package? give a local directory or a /pfs/... path: submit [flags] PACKAGE"
+        )
+    return str(package)
+
+
+def default_name(package: str, suffix: str | None = None) -> str:
+    """A job name from the package's directory name and a random suffix (names are unique in history)."""
+    base = Path(package.removeprefix("pfs:").rstrip("/") or "job").name
+    for archive in (".tar.gz", ".tgz", ".zip"):
+        base = base.removesuffix(archive)
+    cleaned = "".join(c if c.isalnum() and c.isascii() else "-" for c in base.lower())
+    cleaned = "-".join(part for part in cleaned.split("-") if part)
+    if not cleaned or not cleaned[0].isalpha():
+        cleaned = f"job-{cleaned}" if cleaned else "job"
+    suffix = suffix or "".join(
+        secrets.choice(string.ascii_lowercase + string.digits) for _ in range(NAME_SUFFIX_LENGTH)
+    )
+    return f"{cleaned[: MAX_NAME_LENGTH - len(suffix) - 1].rstrip('-')}-{suffix}"
+
+
+def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
+    """The job spec a `submit` command line asks for: name and package always, and only the
+    fields given, so that the server's defaults apply to the rest."""
+    if args.entry is not None and args.module is not None:
+        raise UsageError("give either --entry or --module, not both (--module M runs `python -m M`)")
+    entry = args.entry if args.module is None else f"python -m {args.module}"
+    given: dict[str, Any] = {
+        "entry": entry,
+        "image": args.image,
+        "registry": args.registry,
+        "trainers": args.parallelism,
+        "pservers": args.pservers,
+        "cpu": args.cpu,
+        "gpu": args.gpu,
+        "memory": args.memory,
+        "pscpu": args.pscpu,
+        "psmemory": args.psmemory,
+        "passes": args.passes,
+        "topology": args.topology,
+        "env": parse_env(args.env) if args.env else None,
+        "input": _pfs_argument(args.input),
+        "output": _pfs_argument(args.job_output),
+        "max_restarts": args.max_restarts,
+    }
+    # Named after what the user gave (./fit_a_line), not after the <sha256>.tar.gz it became.
+    source = getattr(args, "package", None) or getattr(args, "package_path", None) or package
+    if not args.jobname and pfs_package(source) is None:
+        source = Path(source).resolve().name or source  # `submit .` is named after the directory
+    name = args.jobname or default_name(source)
+    return {"name": name, "package": package, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _pfs_argument(value: str | None) -> str | None:
+    # `pfs:x` is `x` in your home, which is how the server reads a relative path too.
+    return None if value is None else value.removeprefix("pfs:")
+
+
+# --- submit ------------------------------------------------------------------------------------
+
+
+def _say(ctx: Context) -> Callable[[str], None]:
+    """Progress lines: on stdout for people, on stderr when stdout carries JSON or YAML."""
+    if ctx.output == "table":
+        return ctx.out
+
+    def to_stderr(line: str) -> None:
+        ctx.stderr.write(line + "\n")
+        ctx.stderr.flush()
+
+    return to_stderr
+
+
+def _describe(pkg: Package, source: str) -> str:
+    if pkg.archive == pkg.source:
+        return f"Using archive {source} ({human_size(pkg.size)})"
+    extra = f"; {plural(pkg.ignored, 'path')} left out" if pkg.ignored else ""
+    return f"Collecting package {source} ({plural(pkg.files, 'file')}, {human_size(pkg.bytes)}{extra})"
+
+
+def big_package_note(pkg: Package) -> str:
+    largest = ", ".join(f"{path} ({human_size(size)})" for path, size in pkg.largest)
+    return (
+        f"the package is {human_size(pkg.bytes)} (over {human_size(BIG_PACKAGE)}); largest: {largest}. "
+        f"Data belongs on PFS (paddlecloud cp -r ./data pfs:data); leave it out with {IGNORE_FILE}"
+    )
+
+
+def _shape(spec: Mapping[str, Any]) -> str:
+    trainers = spec.get("trainers", DEFAULTS["trainers"])
+    pservers = spec.get("pservers", DEFAULTS["pservers"])
+    text = plural(trainers, "trainer")
+    if pservers:
+        text += f", {plural(pservers, 'parameter server')}"
+    return text
+
+
+async def _precheck(client: AsyncClient, spec: dict[str, Any]) -> None:
+    """Let the server judge spec, name and quota before the package is uploaded for nothing
+    (a dry run accepts a package that is not on PFS yet, and says so)."""
+    await client.submit(spec, dry_run=True)
+
+
+def _progress(ctx: Context) -> Progress:
+    isatty = getattr(ctx.stderr, "isatty", None)
+    bars = ctx.output == "table" and callable(isatty) and bool(isatty())
+    return Progress(
+        stdout=ctx.stdout,
+        stderr=ctx.stderr,
+        bars=bars,
+        lines=False,
+        slots=1,
+        problem_prefix=f"{ctx.prog}: error: ",
+    )
+
+
+async def submit(ctx: Context, args: argparse.Namespace) -> int:
+    source = package_argument(args)
+    spec = build_spec(args, package="")  # command-line mistakes first, before any packing
+    say = _say(ctx)
+    client = ctx.client()
+    if client.datacenter is None:
+        client.datacenter = ctx.datacenter().name
+    remote = pfs_package(source)
+    if remote is not None:
+        spec["package"] = await client.pfs_path(source)
+        say(f"Using package {spec['package']}")
+    else:
+        workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
+        try:
+            pkg = await asyncio.to_thread(prepare, Path(source), Path(workdir))
+            say(_describe(pkg, source))
+            for note in pkg.notes:
+                ctx.warn(note)
+            if pkg.big:
+                ctx.warn(big_package_note(pkg))
+            existing = await client.package_on_pfs(pkg)
+            spec["package"] = existing or await client.package_path(pkg.filename)
+            if existing:
+                say(f"Package already on PFS: {existing}")
+            elif args.dry_run:
+                say(f"Would upload package ({human_size(pkg.size)}) as {spec['package']}")
+            else:
+                await _precheck(client, spec)
+                say(f"Uploading package ({human_size(pkg.size)}) as {spec['package']}")
+                progress = _progress(ctx)
+                try:
+                    await client.upload_package(pkg, progress=progress)
+                finally:
+                    progress.close()
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+    if args.dry_run:
+        return await _dry_run(ctx, client, spec)
+
+    say(f"Starting job {spec['name']} ({_shape(spec)})")
+    job = await client.submit(spec)
+    name = str(job.get("name") or spec["name"])
+    if not args.follow:
+        ctx.emit(job, lambda: _started_text(ctx, name, job))
+        return 0
+    say(
+        f"Job {name} is {job.get('state', 'PENDING')}; following its logs "
+        "(Ctrl-C stops following, not the job)"
+    )
+    return await _follow(ctx, client, name)
+
+
+def _started_text(ctx: Context, name: str, job: Mapping[str, Any]) -> str:
+    return (
+        f"Job {name} is {job.get('state', 'PENDING')}.\n"
+        f"  {ctx.prog} logs -f {name}    # follow its logs\n"
+        f"  {ctx.prog} get job {name}    # its state, workers and events\n"
+        f"  {ctx.prog} kill {name}       # stop it"
+    )
+
+
+async def _follow(ctx: Context, client: AsyncClient, name: str) -> int:
+    """Stream the job's logs until it ends; 0 if it SUCCEEDED, else `JobEnded`."""
+    write = ctx.out if ctx.output == "table" else _say(ctx)
+    async for entry in client.logs(name, follow=True):
+        write(log_text(entry))
+    job = await client.job(name)
+    if not is_final(job):
+        # The stream ends when the job is final; a server that ends it early is waited out.
+        job = await client.wait(name)
+    state, reason = job.get("state"), job.get("reason")
+    if ctx.output != "table":
+        ctx.out(render_data(job, ctx.output))
+    if state == "SUCCEEDED":
+        if ctx.output == "table":
+            ctx.out(f"Job {name} SUCCEEDED" + (f": {reason}" if reason else ""))
+        return 0
+    raise JobEnded(f"job {name} {state}: {reason or 'no reason given'}")
+
+
+WORKER_PLAN_COLUMNS: list[Column] = [
+    ("NAME", "name"),
+    ("ROLE", "role"),
+    ("CPU", "cpu"),
+    ("MEMORY", "memory"),
+    ("GPU", "gpu"),
+]
+
+
+async def _dry_run(ctx: Context, client: AsyncClient, spec: dict[str, Any]) -> int:
+    plan = await client.submit(spec, dry_run=True)
+    workers = [w for w in plan.get("workers") or [] if isinstance(w, Mapping)]
+    package = plan.get("package") if isinstance(plan.get("package"), Mapping) else {}
+
+    def text() -> str:
+        lines = [f"Dry run: job {spec['name']} would run {plural(len(workers), 'worker')}:"]
+        lines.append(render_table(workers, WORKER_PLAN_COLUMNS, empty="(no workers)").rstrip("\n"))
+        kind = package.get("kind") if package else None
+        lines.append(
+            f"Package: {package.get('path', spec['package']) if package else spec['package']}"
+            + (f" ({kind})" if kind else "")
+        )
+        if package and package.get("found") is False:
+            lines.append("The package is not on PFS yet: submit would upload it.")
+        lines.append("Nothing was uploaded or started.")
+        return "\n".join(lines)
+
+    ctx.emit(plan, text)
+    return 0
+
+
+# --- get ---------------------------------------------------------------------------------------
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def age(value: Any, now: datetime | None = None) -> str:
+    """How long ago, kubectl style: `45s`, `12m`, `3h`, `2d`; `-` for no time."""
+    then = _parse_time(value)
+    if then is None:
+        return "-" if not value else str(value)
+    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def local_time(value: Any) -> str:
+    then = _parse_time(value)
+    if then is None:
+        return "-" if not value else str(value)
+    return then.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _spec_of(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    def get(job: Mapping[str, Any]) -> Any:
+        spec = job.get("spec")
+        return spec.get(key) if isinstance(spec, Mapping) else None
+
+    return get
+
+
+JOB_COLUMNS: list[Column] = [
+    ("NAME", "name"),
+    ("STATE", "state"),
+    ("TRAINERS", _spec_of("trainers")),
+    ("PSERVERS", _spec_of("pservers")),
+    ("AGE", lambda job: age(job.get("created_at"))),
+    ("REASON", "reason"),
+]
+
+WORKER_COLUMNS: list[Column] = [
+    ("NAME", "name"),
+    ("ROLE", "role"),
+    ("INDEX", "index"),
+    ("STATE", "state"),
+    ("RESTARTS", "restarts"),
+    ("STARTED", lambda w: local_time(w.get("started_at"))),
+    ("HOST", "host"),
+    ("EXIT", "exit_code"),
+]
+
+EVENT_COLUMNS: list[Column] = [
+    ("TIME", lambda e: local_time(e.get("time"))),
+    ("TYPE", "type"),
+    ("STATE", "state"),
+    ("REASON", "reason"),
+    ("MESSAGE", "message"),
+]
+
+QUOTA_RESOURCES = ("cpu", "gpu", "memory", "jobs", "storage")
+
+
+async def get_jobs(ctx: Context, args: argparse.Namespace) -> int:
+    show_all = bool(getattr(args, "all", False))
+    # A state filter looks at finished jobs too: `--state FAILED` alone should find them.
+    jobs = await ctx.client().jobs(
+        all=show_all or bool(args.state), state=args.state or None, limit=args.limit
+    )
+    empty = (
+        "No jobs."
+        if show_all or args.state
+        else f"No active jobs ({ctx.prog} get jobs -a lists finished ones too)."
+    )
+    ctx.emit({"jobs": jobs}, lambda: render_table(jobs, JOB_COLUMNS, empty=empty))
+    return 0
+
+
+def _resources(spec: Mapping[str, Any], cpu: str, memory: str, gpu: str | None) -> str:
+    parts = [f"cpu {cell(spec.get(cpu))}", f"memory {cell(spec.get(memory))}"]
+    if gpu is not None:
+        parts.append(f"gpu {cell(spec.get(gpu))}")
+    return ", ".join(parts)
+
+
+def job_text(job: Mapping[str, Any]) -> str:
+    """`get job` for people: the job, its spec, its workers and its events."""
+    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    fields: list[Column] = [
+        ("Name", "name"),
+        ("State", "state"),
+        ("Reason", "reason"),
+        ("Owner", "owner"),
+        ("Created", lambda j: _when(j.get("created_at"))),
+        ("Started", lambda j: _when(j.get("started_at"))),
+        ("Finished", lambda j: _when(j.get("finished_at"))),
+        ("Package", lambda _: spec.get("package")),
+        ("Entry", lambda _: spec.get("entry")),
+        (
+            "Trainers",
+            lambda _: f"{cell(spec.get('trainers'))} (each {_resources(spec, 'cpu', 'memory', 'gpu')})",
+        ),
+        (
+            "Pservers",
+            lambda _: (
+                f"{cell(spec.get('pservers'))} (each {_resources(spec, 'pscpu', 'psmemory', None)})"
+                if spec.get("pservers")
+                else cell(spec.get("pservers"))
+            ),
+        ),
+    ]
+    for label, key in (
+        ("Image", "image"),
+        ("Registry", "registry"),
+        ("Passes", "passes"),
+        ("Topology", "topology"),
+        ("Input", "input"),
+        ("Output", "output"),
+        ("Datacenter", "datacenter"),
+        ("Max restarts", "max_restarts"),
+    ):
+        if spec.get(key) is not None:
+            fields.append((label, _constant(spec.get(key))))
+    if spec.get("env"):
+        fields.append(("Env", lambda _: " ".join(f"{k}={v}" for k, v in spec["env"].items())))
+    text = render_record(job, fields)
+    workers = [w for w in job.get("workers") or [] if isinstance(w, Mapping)]
+    events = [e for e in job.get("events") or [] if isinstance(e, Mapping)]
+    text += "\nWorkers:\n" + render_table(workers, WORKER_COLUMNS, empty="  (none yet)")
+    text += "\nEvents:\n" + render_table(events, EVENT_COLUMNS, empty="  (none)")
+    return text
+
+
+def _constant(value: Any) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda _: value
+
+
+def _when(value: Any) -> str:
+    if not value:
+        return "-"
+    return f"{local_time(value)} ({age(value)} ago)"
+
+
+async def get_job(ctx: Context, args: argparse.Namespace) -> int:
+    job = await ctx.client().job(args.job)
+    ctx.emit(job, lambda: job_text(job))
+    return 0
+
+
+async def get_workers(ctx: Context, args: argparse.Namespace) -> int:
+    workers = await ctx.client().workers(args.job)
+    ctx.emit({"workers": workers}, lambda: render_table(workers, WORKER_COLUMNS, empty="No workers (yet)."))
+    return 0
+
+
+def quota_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for resource in QUOTA_RESOURCES:
+        value = answer.get(resource)
+        if not isinstance(value, Mapping):
+            continue
+        limit = value.get("limit")
+        rows.append(
+            {
+                "resource": resource,
+                "used": value.get("used"),
+                "limit": "unlimited" if limit is None else limit,
+            }
+        )
+    return rows
+
+
+async def get_quota(ctx: Context, args: argparse.Namespace) -> int:
+    answer = await ctx.client().quota()
+    rows = quota_rows(answer)
+    ctx.emit(
+        answer, lambda: render_table(rows, [("RESOURCE", "resource"), ("USED", "used"), ("LIMIT", "limit")])
+    )
+    return 0
+
+
+# --- logs and kill ----------------------------------------------------------------------------
+
+
+async def logs(ctx: Context, args: argparse.Namespace) -> int:
+    stream = ctx.client().logs(
+        args.job, tail=args.tail, follow=args.follow, role=args.role, worker=args.worker or None
+    )
+    async for entry in stream:
+        if ctx.output == "json":
+            ctx.out(json.dumps(entry, ensure_ascii=False))  # one object per line (NDJSON)
+        elif ctx.output == "yaml":
+            ctx.out("---\n" + render_data(entry, "yaml"))
+        else:
+            ctx.out(log_text(entry))
+    return 0
+
+
+async def kill(ctx: Context, args: argparse.Namespace) -> int:
+    client = ctx.client()
+    results: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for name in args.jobs:
+        job = await client.kill(name, rm=args.rm)
+        if args.rm:
+            results.append({"name": name, "removed": True})
+            lines.append(f"job {name} removed")
+            continue
+        job = job or {"name": name}
+        results.append(job)
+        state = job.get("state")
+        if state == "KILLED" or state not in FINAL_STATES:
+            lines.append(f"job {name} killed")
+        else:
+            lines.append(f"job {name} had already ended: {state}")
+    ctx.emit(results[0] if len(results) == 1 else results, lambda: "\n".join(lines))
+    return 0
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {number}")
+    return number
+
+
+def _quantity(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("expected a quantity such as 2, 500m or 1Gi")
+    return value.strip()
+
+
+def _split_output(arg_strings: Sequence[str]) -> list[str]:
+    """`submit --output X`: the global output format when X is one (json, yaml, table), else the
+    job's output path; `-o` is always the format and `--output-path` always the path."""
+    out: list[str] = []
+    rest = iter(arg_strings)
+    for arg in rest:
+        if arg == "--":
+            out.append(arg)
+            out.extend(rest)
+            break
+        flag, eq, value = arg.partition("=")
+        if flag in ("-output", "--output"):
+            if eq:
+                out.append(arg if value in FORMATS else f"{OUTPUT_PATH_FLAG}={value}")
+                continue
+            following = next(rest, None)
+            if following is None:
+                out.append(arg)
+            elif following in FORMATS or following.startswith("-"):
+                out.extend([arg, following])
+            else:
+                out.extend([OUTPUT_PATH_FLAG, following])
+            continue
+        out.append(arg)
+    return out
+
+
+SUBMIT_EPILOG = """\
+examples:
+  paddlecloud submit -jobname fit-a-line -cpu 1 -gpu 0 -memory 1Gi -parallelism 2 \\
+      -pscpu 1 -pservers 2 -psmemory 1Gi -passes 1 -entry "python train.py" ./fit_a_line
+  paddlecloud submit --job-name mnist --trainers 4 --module trainer.main --env LR=0.01 -f ./mnist
+  paddlecloud submit --dry-run ./mnist                 # pack and check; upload and start nothing
+  paddlecloud submit --name again /pfs/datacenter1/home/alice/.paddlecloud/packages/<sha256>.tar.gz
+
+PACKAGE is a local directory, a local .tar.gz/.zip, or a path on PFS (/pfs/..., or pfs:x for x
+in your home). A directory is packed reproducibly, leaving out what .paddlecloudignore lists
+(gitignore syntax) and .git, .venv, __pycache__, *.pyc and similar; the archive is named by its
+sha256 and uploaded to <home>/.paddlecloud/packages/ only if PFS does not hold it yet. Symlinks
+leading out of the package are left out. The job starts in the unpacked package.
+
+Only the flags given are sent; the server's defaults fill in the rest (1 trainer, no parameter
+servers, cpu 1, memory 1Gi, gpu 0, entry "python train.py"). Without a name the job is named
+after the package's directory with a random suffix. The job runs in the datacenter the config
+selects (the global --datacenter). --output is the job's output path unless its value is json,
+yaml or table (the global output format); --output-path is always the path.
+"""
+
+
+def _register_submit(tree: CommandTree) -> None:
+    parser = tree.command(
+        "submit",
+        submit,
+        help="submit a training job: pack and upload its package, start it",
+        description=(
+            "Submit a job of parameter servers and trainers. A local package directory is packed\n"
+            "and uploaded (only when PFS does not hold that exact package yet), then the job starts."
+        ),
+        epilog=SUBMIT_EPILOG,
+    )
+    # argparse cannot tell `--output PATH` (the job's) from the global `--output FORMAT`.
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        return parse_known(None if args is None else _split_output(list(args)), namespace)
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+    parser.add_argument(
+        "package", nargs="?", metavar="PACKAGE", help="local directory or archive, or PFS path"
+    )
+    add_submit_flags(parser)
+
+
+def add_submit_flags(parser: ArgumentParser) -> None:
+    job = parser.add_argument_group("the job")
+    add_flag(
+        job, "jobname", "job-name", "name", metavar="NAME", help="the job's name (unique among your jobs)"
+    )
+    add_flag(job, "package-path", "package", metavar="PATH", help="the package, instead of PACKAGE")
+    add_flag(
+        job,
+        "entry",
+        "entry-point",
+        metavar="CMD",
+        help='the command each worker runs (default "python train.py")',
+    )
+    add_flag(job, "module", short="-m", metavar="MODULE", help="run `python -m MODULE` (instead of --entry)")
+    add_flag(
+        job,
+        "env",
+        short="-e",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an environment variable for every worker (repeat for more)",
+    )
+    add_flag(job, "input", metavar="PFS_PATH", help="the job's input on PFS")
+    add_flag(
+        job,
+        "output-path",
+        "output-dir",
+        dest="job_output",
+        metavar="PFS_PATH",
+        help="the job's output on PFS (also --output)",
+    )
+    add_flag(job, "image", metavar="IMAGE", help="the container image to run in (Kubernetes)")
+    add_flag(job, "registry", metavar="NAME", help="saved registry credentials to pull the image with")
+    add_flag(job, "topology", metavar="FILE", help="the Paddle v1 config file (deprecated)")
+    add_flag(job, "passes", type=_count, metavar="N", help="passes over the data (PADDLE_INIT_NUM_PASSES)")
+    add_flag(
+        job,
+        "max-restarts",
+        type=_count,
+        metavar="N",
+        help="restarts of a failing worker before the job fails",
+    )
+
+    sizes = parser.add_argument_group("workers and resources")
+    add_flag(sizes, "parallelism", "trainers", type=_count, metavar="N", help="trainers (default 1)")
+    add_flag(sizes, "pservers", type=_count, metavar="N", help="parameter servers (default 0)")
+    add_flag(sizes, "cpu", type=_quantity, metavar="Q", help="CPUs per trainer, such as 1 or 500m")
+    add_flag(sizes, "gpu", type=_count, metavar="N", help="GPUs per trainer")
+    add_flag(sizes, "memory", type=_quantity, metavar="Q", help="memory per trainer, such as 1Gi or 512Mi")
+    add_flag(sizes, "pscpu", type=_quantity, metavar="Q", help="CPUs per parameter server")
+    add_flag(sizes, "psmemory", type=_quantity, metavar="Q", help="memory per parameter server")
+
+    run = parser.add_argument_group("how to submit")
+    add_flag(
+        run,
+        "follow",
+        short="-f",
+        action="store_true",
+        help="stream the logs; exit 0 only if the job succeeds",
+    )
+    add_flag(run, "dry-run", "dryrun", action="store_true", help="pack and check, upload and start nothing")
+
+
+def _register_get(tree: CommandTree) -> None:
+    get = tree.group("get", help="show resources: jobs, job NAME, workers NAME, quota, users")
+    # The original client took `-a` before the resource: `paddlecloud get -a jobs`.
+    add_flag(
+        get.parser,
+        "all",
+        short="-a",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="finished jobs too",
+    )
+
+    listing = get.command(
+        "jobs",
+        get_jobs,
+        help="list your jobs (active ones; -a all)",
+        description="List your jobs, newest first: the active ones, or with -a finished ones too.",
+        epilog=(
+            "examples:\n  paddlecloud get jobs\n  paddlecloud get jobs -a\n"
+            "  paddlecloud get jobs --state FAILED -o json\n"
+        ),
+    )
+    add_flag(
+        listing, "all", short="-a", action="store_true", default=argparse.SUPPRESS, help="finished jobs too"
+    )
+    add_flag(
+        listing,
+        "state",
+        action="append",
+        type=str.upper,
+        metavar="STATE",
+        help="only jobs in this state (repeat for more)",
+    )
+    add_flag(listing, "limit", type=_positive, metavar="N", help="at most N jobs")
+
+    one = get.command(
+        "job",
+        get_job,
+        help="show one job: spec, state, workers and events",
+        epilog="examples:\n  paddlecloud get job fit-a-line\n  paddlecloud get job fit-a-line -o yaml\n",
+    )
+    one.add_argument("job", metavar="JOB")
+
+    workers = get.command(
+        "workers",
+        get_workers,
+        help="list a job's parameter servers and trainers",
+        epilog="examples:\n  paddlecloud get workers fit-a-line\n",
+    )
+    workers.add_argument("job", metavar="JOB")
+
+    get.command(
+        "quota",
+        get_quota,
+        help="show your usage against your limits",
+        epilog="examples:\n  paddlecloud get quota\n  paddlecloud get quota -o json\n",
+    )
+
+
+def _positive(value: str) -> int:
+    number = _count(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def register(tree: CommandTree) -> None:
+    _register_submit(tree)
+    _register_get(tree)
+
+    follow = tree.command(
+        "logs",
+        logs,
+        help="print or follow a job's logs",
+        description=(
+            "Print a job's log lines, each prefixed with its worker ([trainer-0] ...), parameter\n"
+            "servers included. With -f, follow them until the job ends; a dropped connection is\n"
+            "resumed where it broke, without losing or repeating a line."
+        ),
+        epilog=(
+            "examples:\n"
+            "  paddlecloud logs fit-a-line\n"
+            "  paddlecloud logs -n 20 -f fit-a-line\n"
+            "  paddlecloud logs --role pserver fit-a-line\n"
+            "  paddlecloud logs -w trainer-1 fit-a-line\n"
+        ),
+    )
+    follow.add_argument("job", metavar="JOB")
+    add_flag(
+        follow,
+        "tail",
+        short="-n",
+        type=_count,
+        metavar="N",
+        help="start from the last N lines of each worker",
+    )
+    add_flag(follow, "follow", short="-f", action="store_true", help="keep streaming until the job ends")
+    add_flag(
+        follow,
+        "role",
+        type=str.lower,
+        choices=("trainer", "pserver"),
+        metavar="ROLE",
+        help="trainer or pserver",
+    )
+    add_flag(
+        follow,
+        "worker",
+        short="-w",
+        action="append",
+        metavar="NAME",
+        help="only this worker (repeat for more)",
+    )
+
+    stop = tree.command(
+        "kill",
+        kill,
+        help="stop a job (-rm: and remove it from history)",
+        description=(
+            "Stop every process of a job; it ends KILLED. With -rm it is also removed from your\n"
+            "history, with its logs, and its name can be used again."
+        ),
+        epilog="examples:\n  paddlecloud kill fit-a-line\n  paddlecloud kill -rm fit-a-line\n",
+    )
+    stop.add_argument("jobs", nargs="+", metavar="JOB")
+    add_flag(stop, "rm", action="store_true", help="also remove the job and its logs from history")
