@@ -6,6 +6,7 @@ the demo never touches your own ~/.paddle/config or ~/.paddlecloud.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -34,13 +35,27 @@ def step(title: str) -> None:
 def run(*args: str, stdin: str | None = None) -> str:
     """Run one `paddlecloud` command as a user would, showing it and what it printed."""
     print(f"$ paddlecloud {shlex.join(args)}", flush=True)
-    result = subprocess.run([*CLI, *args], env=ENV, input=stdin, capture_output=True, text=True, timeout=120)
-    output = (result.stdout + result.stderr).rstrip()
-    if output:
-        print("  " + output.replace("\n", "\n  "), flush=True)
-    if result.returncode != 0:
-        raise SystemExit(f"demo: `paddlecloud {shlex.join(args)}` exited {result.returncode}")
-    return result.stdout
+    # Output is shown as it comes (a followed job streams its logs), stderr merged in.
+    with subprocess.Popen(
+        [*CLI, *args],
+        env=ENV,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(stdin or "")
+        proc.stdin.close()
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            print("  " + line.rstrip("\n"), flush=True)
+        returncode = proc.wait(timeout=180)
+    if returncode != 0:
+        raise SystemExit(f"demo: `paddlecloud {shlex.join(args)}` exited {returncode}")
+    return "".join(lines)
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -107,7 +122,7 @@ def main() -> int:
         run("whoami")
         run("-o", "json", "version")
 
-        step("Make the example data set, and upload it and the example package to PFS")
+        step("Make the example data set and upload it to PFS")
         housing = DEMO / "housing"
         made = subprocess.run(
             [sys.executable, str(EXAMPLE / "make_data.py"), str(housing)],
@@ -119,7 +134,6 @@ def main() -> int:
             f"$ python examples/fit_a_line/make_data.py {housing.relative_to(ROOT)}\n  {made.stdout.strip()}"
         )
         run("cp", "-r", str(housing), "pfs:data/housing")
-        run("cp", "-r", str(EXAMPLE), "pfs:packages/fit_a_line")
         run("ls", "-r", "pfs:")
         run("pfs", "usage")
 
@@ -132,6 +146,40 @@ def main() -> int:
         if back.read_bytes() != (housing / "housing-00000.csv").read_bytes():
             raise SystemExit("demo: the downloaded shard differs from the one uploaded")
         print("  identical to the original", flush=True)
+
+        step("Train fit_a_line: 2 parameter servers and 2 trainers, with the original command line")
+        run(
+            "submit",
+            "-jobname", "fit-a-line",
+            "-cpu", "1", "-gpu", "0", "-memory", "1Gi",
+            "-parallelism", "2",
+            "-pscpu", "1", "-pservers", "2", "-psmemory", "1Gi",
+            "-passes", "10",
+            "-entry", "python train.py",
+            "--input", "data/housing",
+            "--follow",
+            str(EXAMPLE.relative_to(ROOT)),
+        )  # fmt: skip
+        run("get", "jobs", "-a")
+        run("get", "workers", "fit-a-line")
+        run("get", "quota")
+
+        step("Fetch the trained model from the job's output directory")
+        model_dir = DEMO / "model"
+        run("cp", "-r", "pfs:jobs/fit-a-line/output", str(model_dir))
+        model = json.loads((model_dir / "model.json").read_text())
+        print(f"  model.json: final loss {model['final_loss']:.4f}", flush=True)
+
+        step("Submit the same package again: it is already on PFS, so nothing is uploaded")
+        run(
+            "submit",
+            "--job-name",
+            "fit-a-line-again",
+            "--trainers",
+            "1",
+            "--dry-run",
+            str(EXAMPLE.relative_to(ROOT)),
+        )
     finally:
         stop_server(server)
     print(f"\ndemo finished in {time.monotonic() - started:.1f}s", flush=True)
