@@ -147,6 +147,11 @@ class Store(abc.ABC):
         """Builds with this cache key in one of `states`, newest first."""
 
     @abc.abstractmethod
+    async def list_builds(self, states: Collection[str]) -> list[Build]:
+        """Builds of every key and owner in one of `states`, newest first (a restarted
+        builder finds the builds it was running this way)."""
+
+    @abc.abstractmethod
     async def transition_build(
         self, build_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Build | None:

@@ -320,6 +320,12 @@ class LocalBackend(Backend):
                 events=new_events,
                 seen_events=len(events),
             )
+        if current == RUNNING and not any(w.get("state") == RUNNING for w in state.get("workers", ())):
+            # The supervisor is up, but no worker runs yet (starting, or trainers waiting
+            # for parameter servers): the job is still pending, and the reason says on what.
+            return Observation(
+                PENDING, str(state.get("reason", "starting")), events=new_events, seen_events=len(events)
+            )
         return Observation(
             current,
             str(state.get("reason", "")),
