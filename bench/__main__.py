@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("gateway", "pfs")
+BENCHMARKS = ("gateway", "pfs", "jobs")
 
 
 def main() -> int:
