@@ -3,23 +3,31 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEV    := $(VENV)/.installed-dev
 
-.PHONY: install demo test lint unit bench clean
+.PHONY: install install-dev demo test lint unit bench clean
 
+# The platform and what the demo needs; the test and lint tools (torch among them, for
+# the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
 install: $(STAMP)
+install-dev: $(DEV)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "PaddleCloud needs Python 3.11 or newer (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[demo]'
+	@touch $@
+
+$(DEV): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
 
 demo: install
 	$(BIN)/python examples/demo.py
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check --quiet .
 	@rm -rf $(VENV)/typecheck && mkdir -p $(VENV)/typecheck/paddlecloud
@@ -30,7 +38,7 @@ lint: install
 test: lint
 	$(BIN)/pytest
 
-bench: install
+bench: install-dev
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
 
