@@ -471,11 +471,19 @@ def quota_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "resource": resource,
-                "used": value.get("used"),
-                "limit": "unlimited" if limit is None else limit,
+                "used": _readable(resource, value.get("used")),
+                "limit": "unlimited" if limit is None else _readable(resource, limit),
             }
         )
     return rows
+
+
+def _readable(resource: str, value: Any) -> Any:
+    """A byte count the server spelled exactly (`435781`) as people read it (`425.6 KiB`)."""
+    exact_bytes = isinstance(value, str) and value.isdigit() and int(value) >= 1024
+    if resource in ("memory", "storage") and exact_bytes:
+        return human_size(int(value))
+    return value
 
 
 async def get_quota(ctx: Context, args: argparse.Namespace) -> int:

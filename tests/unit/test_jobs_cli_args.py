@@ -252,11 +252,19 @@ def test_ages_and_quota_rows() -> None:
     assert age("2026-11-20T11:00:00Z", now) == "2d"
     assert age(None, now) == "-"
     rows = quota_rows(
-        {"user": "a", "cpu": {"used": "1500m", "limit": "4"}, "gpu": {"used": 0, "limit": None}}
+        {
+            "user": "a",
+            "cpu": {"used": "1500m", "limit": "4"},
+            "gpu": {"used": 0, "limit": None},
+            "memory": {"used": "3Gi", "limit": "8Gi"},
+            "storage": {"used": "435781", "limit": "1000"},
+        }
     )
     assert rows == [
         {"resource": "cpu", "used": "1500m", "limit": "4"},
         {"resource": "gpu", "used": 0, "limit": "unlimited"},
+        {"resource": "memory", "used": "3Gi", "limit": "8Gi"},
+        {"resource": "storage", "used": "425.6 KiB", "limit": "1000"},
     ]
 
 
