@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("gateway", "pfs", "jobs")
+BENCHMARKS = ("gateway", "pfs", "jobs", "builder")
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +213,38 @@ class ServiceProcess:
             if key in ("VmRSS", "VmHWM"):
                 fields[key] = int(value.split()[0])
         return fields
+
+
+def make_wheel(
+    directory: Path, name: str, version: str = "1.0", *, module: str | None = None, body: str = ""
+) -> Path:
+    """A pure-Python wheel written by hand: the module, METADATA, WHEEL and a RECORD with
+    every file's sha256 (what pip checks), no build tool needed."""
+    module = module or name.replace("-", "_")
+    files = {f"{module}/__init__.py": (body or f"VALUE = {version!r}\n").encode()}
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: paddlecloud-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    target = directory / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(target, "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    return target
+
+
+def make_wheelhouse(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    make_wheel(directory, "tinypkg", "1.0")
+    make_wheel(directory, "tinypkg", "2.0")
+    make_wheel(directory, "otherpkg", "1.0")
+    # A package that brings its own `yaml`: the platform has PyYAML, the user's must win.
+    make_wheel(directory, "shadow-yaml", "1.0", module="yaml", body="SHADOW = True\n")
+    return directory

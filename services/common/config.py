@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from .quantity import QuantityError, parse_bytes
 
 ENV_PREFIX = "PADDLECLOUD_"
 DEFAULT_DATA_DIR = Path("~/.paddlecloud")
@@ -73,6 +75,44 @@ class PfsSection(ServiceSection):
 
 class BuilderSection(ServiceSection):
     port: int = Field(8083, ge=0, le=65535)
+    # Where internal callers (the jobs service) reach the builder; `paddlecloud server`
+    # sets it to the address it bound, as it sets gateway.builder_url.
+    url: str = "http://127.0.0.1:8083"
+    backend: Literal["local"] = "local"
+    # Local backend: environments, build logs and in-progress builds live here.
+    work_dir: Path = DEFAULT_DATA_DIR / "builder"
+    # Where pip looks for packages: an index, and/or wheel directories or pages
+    # (comma-separated in PADDLECLOUD_BUILDER_FIND_LINKS); no_index builds offline.
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+    # Published environments are collected least recently used first once together
+    # they take more than this (a quantity: 20Gi), sparing those an active job uses and
+    # those handed out in the last min_idle_seconds (a job may be about to record it).
+    cache_max_bytes: int = Field(20 * 2**30, gt=0)
+    min_idle_seconds: float = Field(300.0, ge=0)
+    max_concurrent_builds: int = Field(2, gt=0)
+    build_timeout_seconds: float = Field(3600.0, gt=0)
+    max_requirements_bytes: int = Field(64 * 1024, gt=0)
+    # How often a log follower looks for new lines and the build's end.
+    poll_seconds: float = Field(0.1, gt=0)
+
+    @field_validator("find_links", mode="before")
+    @classmethod
+    def _split_find_links(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("cache_max_bytes", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return parse_bytes(value)
+            except QuantityError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class StoreSection(_Section):

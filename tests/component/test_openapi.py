@@ -93,3 +93,24 @@ def test_document_lists_exactly_the_jobs_services_routes(tmp_path) -> None:
         if method in METHODS
     }
     assert routes == documented
+
+
+def test_document_lists_exactly_the_builder_services_routes(tmp_path) -> None:
+    from paddlecloud.builder.app import create_app as create_builder
+
+    app = create_builder(make_config(tmp_path))
+    routes = set()
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource else ""
+        if path.startswith("/api/v1/builds") and route.method.lower() in METHODS:
+            routes.add((route.method.lower(), path.removeprefix("/api/v1")))
+    routes -= {("head", path) for method, path in routes if method == "get"}
+    documented = {
+        (method, path)
+        for path, item in openapi_document()["paths"].items()
+        if path.startswith("/builds")
+        for method in item
+        if method in METHODS
+    }
+    assert routes == {("post", "/builds"), ("get", "/builds/{id}"), ("get", "/builds/{id}/logs")}
+    assert routes == documented

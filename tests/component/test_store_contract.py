@@ -639,6 +639,22 @@ async def test_find_builds_by_key_and_state_newest_first(store: Store) -> None:
     assert await store.find_builds("missing", [SUCCEEDED]) == []
 
 
+async def test_list_builds_by_state_across_keys_newest_first(store: Store) -> None:
+    builds = [
+        make_build("k", state=PENDING, created_at=T0),
+        make_build("other", state=RUNNING, created_at=T0 + timedelta(seconds=1), owner="bob"),
+        make_build("k", state=SUCCEEDED, created_at=T0 + timedelta(seconds=2)),
+        make_build("third", state=PENDING, created_at=T0 + timedelta(seconds=3)),
+        make_build("k", state=FAILED, created_at=T0 + timedelta(seconds=4)),
+    ]
+    for build in builds:
+        await store.create_build(build)
+    assert await store.list_builds([PENDING, RUNNING]) == [builds[3], builds[1], builds[0]]
+    assert await store.list_builds({SUCCEEDED, FAILED}) == [builds[4], builds[2]]
+    assert await store.list_builds([]) == []
+    assert await store.list_builds([KILLED]) == []
+
+
 async def test_transition_build_compare_and_set(store: Store) -> None:
     build = make_build()
     await store.create_build(build)

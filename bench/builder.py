@@ -1,0 +1,233 @@
+"""Builds through the gateway of `paddlecloud server`: a cold build against a cache hit of
+the same requirements, and the cold build against the same commands run by hand.
+
+The builder installs from a wheelhouse this bench writes (pure-Python wheels of a few
+hundred small modules each; `--no-index`, so no network), into a fresh virtualenv per
+cache key. Each round asks for requirements no earlier round asked for (a comment line
+makes the key new), times POST → SUCCEEDED (polling GET every 10 ms), then times the same
+request again (the cache hit answers at once). The baseline is what the builder runs
+for a cold build, by hand: `python -m venv --without-pip`, then pip from the platform
+into it, with the same arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+PACKAGES = 8
+MODULES_PER_PACKAGE = 200
+ROUNDS = 5
+HITS_PER_ROUND = 20
+POLL = 0.01
+CLI = [sys.executable, "-m", "paddlecloud"]
+
+
+def write_wheel(directory: Path, name: str, modules: int) -> None:
+    """A pure-Python wheel of `modules` small modules, with its METADATA, WHEEL and RECORD."""
+    files = {f"{name}/__init__.py": b"VALUE = 1\n"}
+    for i in range(modules):
+        files[f"{name}/m{i:04d}.py"] = (f"def f{i}(x):\n    return x + {i}\n" * 20).encode()
+    info = f"{name}-1.0.dist-info"
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode()
+    files[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(directory / f"{name}-1.0-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+
+
+def requirements(round_number: int) -> str:
+    names = "\n".join(f"benchpkg{i}==1.0" for i in range(PACKAGES))
+    return f"# round {round_number}\n{names}\n"
+
+
+def by_hand(root: Path, wheelhouse: Path, text: str) -> float:
+    """Seconds for what the builder runs for a cold build, without the builder."""
+    env, run = root / "env", root / "run"
+    root.mkdir(parents=True, exist_ok=True)
+    pip_dir = root / "pip"
+    if not pip_dir.exists():
+        import pip
+
+        pip_dir.mkdir()
+        (pip_dir / "pip").symlink_to(Path(pip.__file__).parent)
+    run.mkdir(exist_ok=True)
+    (run / "requirements.txt").write_text(text)
+    environ = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/"),
+        "PYTHONPATH": str(pip_dir),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    start = time.perf_counter()
+    with open(root / "by-hand.log", "ab") as out:  # the builder, too, writes pip's output to a file
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, stdout=out)
+        subprocess.run(
+            [
+                *(str(env / "bin" / "python"), "-m", "pip", "install", "--no-input"),
+                *("--disable-pip-version-check", "--progress-bar", "off", "--no-warn-script-location"),
+                *("--find-links", str(wheelhouse), "--no-index", "-r", "requirements.txt"),
+            ],
+            check=True,
+            cwd=run,
+            env=environ,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    elapsed = time.perf_counter() - start
+    subprocess.run(["rm", "-rf", str(env), str(run)], check=True)
+    return elapsed
+
+
+class Platform:
+    """`paddlecloud server` on a free port with its data under `root`."""
+
+    def __init__(self, root: Path, server_config: dict[str, Any]) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.config = server_config
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    @contextmanager
+    def running(self) -> Iterator[Platform]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = self.root / "server.yaml"
+        config.write_text(yaml.safe_dump(self.config))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
+        env["HOME"] = str(self.root / "home")
+        (self.root / "home").mkdir(exist_ok=True)
+        with open(self.root / "server.stderr", "ab") as stderr:
+            self.process = subprocess.Popen(
+                [*CLI, "server", "--data-dir", str(self.data), "--port", "0", "--server-config", str(config)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        assert self.process.stdout is not None
+        try:
+            for line in self.process.stdout:
+                found = re.match(r"PaddleCloud is running at (\S+)", line)
+                if found:
+                    self.url = found[1]
+                if line.startswith("Press Ctrl-C"):
+                    break
+            if not self.url:
+                raise RuntimeError(f"the server did not start: {(self.root / 'server.stderr').read_text()}")
+            yield self
+        finally:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process.stdout.close()
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[tuple[aiohttp.ClientSession, dict[str, str]]]:
+        password = (self.data / "admin.password").read_text().strip()
+        async with aiohttp.ClientSession() as session:
+            body = {"username": "admin", "password": password}
+            async with session.post(f"{self.url}/api/v1/auth/token", json=body) as resp:
+                assert resp.status == 201, await resp.text()
+                token = (await resp.json())["token"]
+            yield session, {"Authorization": f"Bearer {token}"}
+
+
+async def measure(platform: Platform, wheelhouse: Path) -> tuple[list[float], list[float], list[float]]:
+    """Seconds of each cold build, of every cache hit, and of each baseline, interleaved
+    round by round so that the machine's load weighs on both alike."""
+    cold, hits, baseline = [], [], []
+    async with platform.session() as (session, headers):
+        url = f"{platform.url}/api/v1/builds"
+        for n in range(ROUNDS):
+            by_hand_dir = platform.root.parent / "by-hand"
+            baseline.append(await asyncio.to_thread(by_hand, by_hand_dir, wheelhouse, requirements(1000 + n)))
+            body = {"requirements": requirements(n)}
+            start = time.perf_counter()
+            async with session.post(url, json=body, headers=headers) as resp:
+                build = await resp.json()
+                assert resp.status == 201 and build["cached"] is False, build
+            while build["state"] not in ("SUCCEEDED", "FAILED"):
+                await asyncio.sleep(POLL)
+                async with session.get(f"{url}/{build['id']}", headers=headers) as resp:
+                    build = await resp.json()
+            cold.append(time.perf_counter() - start)
+            assert build["state"] == "SUCCEEDED", build
+            for _ in range(HITS_PER_ROUND):
+                start = time.perf_counter()
+                async with session.post(url, json=body, headers=headers) as resp:
+                    hit = await resp.json()
+                hits.append(time.perf_counter() - start)
+                assert hit["cached"] is True and hit["state"] == "SUCCEEDED" and hit["id"] == build["id"], hit
+    return cold, hits, baseline
+
+
+def main() -> None:
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=os.environ.get("PADDLECLOUD_BENCH_DIR")) as tmp:
+        root = Path(tmp)
+        wheelhouse = root / "wheelhouse"
+        wheelhouse.mkdir()
+        for i in range(PACKAGES):
+            write_wheel(wheelhouse, f"benchpkg{i}", MODULES_PER_PACKAGE)
+        size = sum(p.stat().st_size for p in wheelhouse.iterdir())
+        print(
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {PACKAGES} wheels of "
+            f"{MODULES_PER_PACKAGE} modules ({size / 2**20:.1f} MiB) from a local wheelhouse, --no-index; "
+            f"{ROUNDS} rounds through the gateway of `paddlecloud server`",
+            flush=True,
+        )
+        builder = {"work_dir": str(root / "builder"), "find_links": [str(wheelhouse)], "no_index": True}
+        with Platform(root / "platform", {"builder": builder}).running() as platform:
+            cold, hits, baseline = asyncio.run(measure(platform, wheelhouse))
+    cold_s, base_s, hit_s = statistics.median(cold), statistics.median(baseline), statistics.median(hits)
+    print(f"{'':52}{'median':>10}{'min':>10}{'max':>10}")
+    rows = [
+        ("cold build: POST → SUCCEEDED", cold),
+        ("the same commands by hand (venv + pip)", baseline),
+        ("cache hit: POST of the same requirements", hits),
+    ]
+    for name, samples in rows:
+        figures = (statistics.median(samples), min(samples), max(samples))
+        cells = "".join(f"{_seconds(v):>10}" for v in figures)
+        print(f"{name:52}{cells}")
+    print(f"cold build / by hand: {cold_s / base_s:.2f}x (the service's own cost on a cold build)")
+    print(f"cache hit / cold build: {hit_s / cold_s:.5f}x ({cold_s / hit_s:,.0f} times faster)")
+    print(f"{time.perf_counter() - began:.0f} s in all")
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+if __name__ == "__main__":
+    main()

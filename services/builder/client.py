@@ -1,0 +1,161 @@
+"""A small async client for the builder service, for other services (the jobs service).
+
+It calls the builder directly at `builder.url`, signing each request for the identity it
+acts for with the internal secret, exactly as the gateway does, and forwards the
+current request id (the one bound in structlog's context by the service's middleware),
+so the builder's log lines carry the same id as the caller's.
+
+    async with BuilderClient(config) as builder:
+        build = await builder.request_build(identity, requirements=text, base=None, package=path)
+        build = await builder.get_build(identity, build["id"])   # until state is final
+
+A problem answer raises `BuilderError` with the builder's status and problem document
+(`.code`, `.detail`, `.problem["errors"]`); a builder that cannot be reached or does
+not answer in time raises `BuilderUnavailable`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import structlog
+from yarl import URL
+
+from paddlecloud.common import internal_auth
+from paddlecloud.common.config import Config
+from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.web import REQUEST_ID_HEADER, new_request_id
+
+NDJSON = "application/x-ndjson"
+
+
+class BuilderError(Exception):
+    """The builder answered with a problem."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        self.code = str(problem.get("code", f"ERR_HTTP_{status}"))
+        self.detail = str(problem.get("detail", ""))
+        super().__init__(f"builder: {status} {self.code}: {self.detail}")
+
+
+class BuilderUnavailable(BuilderError):
+    """The builder could not be reached, or did not answer in time."""
+
+
+class BuilderClient:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        connect_timeout: float = 2.0,
+        timeout: float = 30.0,
+    ) -> None:
+        """`session` is used as given and left open; without one the client makes its own,
+        closed by `close()`."""
+        self._url = config.builder.url.rstrip("/")
+        self._secret = config.internal_secret()
+        self._session = session
+        self._own_session = session is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=timeout)
+
+    async def __aenter__(self) -> BuilderClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+        self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+        return self._session
+
+    def _headers(self, identity: Identity, method: str, path_qs: str) -> dict[str, str]:
+        request_id = structlog.contextvars.get_contextvars().get("request_id") or new_request_id()
+        return {
+            REQUEST_ID_HEADER: str(request_id),
+            **internal_auth.sign(self._secret, identity, str(request_id), method, path_qs),
+        }
+
+    async def _call(self, identity: Identity, method: str, path_qs: str, body: Any = None) -> dict[str, Any]:
+        url = URL(self._url + path_qs, encoded=True)
+        headers = self._headers(identity, method, path_qs)
+        try:
+            async with self._http().request(
+                method, url, json=body, headers=headers, timeout=self._timeout
+            ) as resp:
+                try:
+                    answer = await resp.json(content_type=None)
+                except ValueError:
+                    answer = None
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BuilderUnavailable(
+                503, {"code": "ERR_UPSTREAM_UNAVAILABLE", "detail": f"the builder at {self._url}: {exc!r}"}
+            ) from exc
+        if not isinstance(answer, dict):
+            answer = {"code": f"ERR_HTTP_{status}", "detail": "the builder's answer is not a JSON object"}
+            raise BuilderError(status if status >= 400 else 502, answer)
+        if status >= 400:
+            raise BuilderError(status, answer)
+        return answer
+
+    async def request_build(
+        self,
+        identity: Identity,
+        *,
+        requirements: str,
+        base: str | None,
+        package: str | None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """`POST /api/v1/builds`: the build (`id`, `key`, `state`, `cached`, `python`, ...)
+        or, for a dry run, `{key, cached}`."""
+        path = "/api/v1/builds" + ("?dry_run=1" if dry_run else "")
+        body = {"requirements": requirements, "base": base, "package": package}
+        return await self._call(identity, "POST", path, body)
+
+    async def get_build(self, identity: Identity, build_id: str) -> dict[str, Any]:
+        """`GET /api/v1/builds/{id}`."""
+        return await self._call(identity, "GET", f"/api/v1/builds/{quote(build_id, safe='')}")
+
+    async def logs(
+        self, identity: Identity, build_id: str, *, follow: bool = False, cursor: str | None = None
+    ) -> AsyncIterator[dict[str, str]]:
+        """`GET /api/v1/builds/{id}/logs` as NDJSON: `{line, cursor}` per line."""
+        path = f"/api/v1/builds/{quote(build_id, safe='')}/logs?follow={int(follow)}"
+        if cursor is not None:
+            path += f"&cursor={quote(cursor, safe='')}"
+        headers = {"Accept": NDJSON, **self._headers(identity, "GET", path)}
+        url = URL(self._url + path, encoded=True)
+        try:
+            async with self._http().get(url, headers=headers, timeout=self._stream_timeout) as resp:
+                if resp.status >= 400:
+                    try:
+                        problem = await resp.json(content_type=None)
+                    except ValueError:
+                        problem = {}
+                    raise BuilderError(resp.status, problem if isinstance(problem, dict) else {})
+                pending = b""
+                async for chunk in resp.content.iter_any():
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for raw in lines:
+                        if raw.strip():
+                            item = json.loads(raw)
+                            yield {"line": str(item["line"]), "cursor": str(item["cursor"])}
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BuilderUnavailable(
+                503, {"code": "ERR_UPSTREAM_UNAVAILABLE", "detail": f"the builder at {self._url}: {exc!r}"}
+            ) from exc

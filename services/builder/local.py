@@ -1,0 +1,585 @@
+"""The local backend: one virtualenv per cache key, built with pip on this machine.
+
+Layout under `builder.work_dir`:
+
+- `builds/<build id>/`: a virtualenv, built in place. It never moves, because pip
+  writes its absolute path into the scripts it installs (`#!.../bin/python`).
+- `envs/<key>`: a symlink to the build directory, created under a temporary name and
+  renamed into place once pip succeeded. That rename is the publication: a half-built
+  environment has no `envs/` link and is never used; a failed or interrupted build's
+  directory is removed, leaving only its log.
+- `runs/<build id>/`: the requirements file and pip's TMPDIR while the build runs.
+- `logs/<build id>.log`: what the build printed, kept after it ends.
+- `pip/pip`: a link to the service's own pip, which builds run from (below).
+
+How an environment is made. `python -m venv --without-pip` from the service's own
+interpreter (sub-second; no pip copied into every environment), then pip from the
+service's own installation, run by the new environment's interpreter with only pip on
+PYTHONPATH, so it installs into the environment and sees none of the platform's
+packages as already installed: the requirements are resolved as if in an empty
+virtualenv. Last, a `.pth` file calls `site.addsitedir` on the platform's
+site-packages, which appends them to `sys.path` after the environment's own and
+processes their `.pth` files too (the editable install of `paddlecloud` is one): a job
+imports `paddlecloud` and its dependencies from the platform, while every package the
+user asked for wins over the platform's copy. `--system-site-packages` would not do:
+from a platform that itself runs in a virtualenv it exposes the base interpreter's
+packages, not the platform's.
+
+Processes. Every command runs in its own process group, started through a few lines
+that ask the kernel to SIGKILL it should the service die (PR_SET_PDEATHSIG), so pip
+does not outlive a killed service; a restarted service also kills whatever still runs
+from an unpublished build directory before removing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import signal
+import site
+import sys
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
+from pathlib import Path
+from typing import BinaryIO
+
+import structlog
+
+from paddlecloud.common.config import Config
+
+from .backend import (
+    BadCursor,
+    BaseRefused,
+    BuildBackend,
+    BuildRequest,
+    CacheEntry,
+    LogLine,
+    LogQuery,
+    Outcome,
+    Published,
+)
+
+log = structlog.get_logger(__name__)
+
+META = "paddlecloud-env.json"
+LAST_USED = "paddlecloud-last-used"
+PLATFORM_PTH = "_paddlecloud_platform.pth"
+LOG_READ_SIZE = 64 * 1024  # a longer line without a newline is cut into pieces of this size
+LOG_BATCH_SIZE = 4 * 1024 * 1024
+REASON_LINES = 3
+REASON_CHARS = 2000
+# What pip may see of the service's environment: enough to reach an index through the
+# operator's proxy and certificates; never the service's secrets. Where packages come
+# from is `builder.*` alone: pip's own configuration files and PIP_* index settings on
+# this machine are ignored, so a build means the same wherever the service runs.
+PASS_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "NETRC",
+        "PIP_CERT",
+        "PIP_CLIENT_CERT",
+        "PIP_PROXY",
+        "PIP_TIMEOUT",
+        "PIP_DEFAULT_TIMEOUT",
+        "PIP_RETRIES",
+    }
+)
+# Run argv[2:] with PR_SET_PDEATHSIG = SIGKILL, unless the service (argv[1]) is already gone.
+LAUNCHER = """\
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+class _Failed(Exception):
+    """A step of the build failed; the message is the build's reason."""
+
+
+class LocalBuildBackend(BuildBackend):
+    name = "local"
+    version = "local-1"
+    artifact_fields = ("python",)
+
+    def __init__(self, config: Config) -> None:
+        section = config.builder
+        self._root = section.work_dir.expanduser().absolute()
+        self._envs = self._root / "envs"
+        self._builds = self._root / "builds"
+        self._runs = self._root / "runs"
+        self._logs = self._root / "logs"
+        self._pip_dir = self._root / "pip"
+        self._python = sys.executable
+        self._site_dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
+        self._poll = section.poll_seconds
+        self._timeout = section.build_timeout_seconds
+        index: list[str] = []
+        if section.index_url:
+            index += ["--index-url", section.index_url]
+        for link in section.find_links:
+            index += ["--find-links", link]
+        if section.no_index:
+            index.append("--no-index")
+        self._index_args = index
+        version = sys.version_info
+        self._site_packages = Path("lib") / f"python{version.major}.{version.minor}" / "site-packages"
+        base = getattr(sys, "_base_executable", sys.executable)
+        # The key says which Python and which platform packages an environment extends:
+        # the platform moved or rebuilt elsewhere gets environments of its own.
+        self._identity = (
+            f"{platform.python_implementation()} {platform.python_version()} {os.path.realpath(base)}"
+            f" platform-site={':'.join(self._site_dirs)}"
+        )
+
+    @property
+    def work_dir(self) -> Path:
+        return self._root
+
+    async def open(self) -> None:
+        for d in (self._envs, self._builds, self._runs, self._logs, self._pip_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        spec = importlib.util.find_spec("pip")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(
+                "the builder runs pip from its own environment, and pip is not installed there"
+            )
+        pip_package = Path(next(iter(spec.submodule_search_locations)))
+        link = self._pip_dir / "pip"
+        if not link.is_symlink() or os.readlink(link) != str(pip_package):
+            tmp = self._pip_dir / ".pip.tmp"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(pip_package)
+            os.replace(tmp, link)
+        log.info("local builder ready", work_dir=str(self._root), python=self._python, index=self._index_args)
+
+    # -- keys and lookups ------------------------------------------------------------
+
+    def base_identity(self, base: str | None) -> str:
+        if base is not None:
+            raise BaseRefused(
+                f"the local builder builds on this platform's Python ({platform.python_version()}), "
+                "not on an image; leave base out (base images need the Kubernetes builder)"
+            )
+        return self._identity
+
+    def _python_of(self, key: str) -> str:
+        return str(self._envs / key / "bin" / "python")
+
+    def _published_dir(self, key: str) -> Path | None:
+        """The build directory `envs/<key>` points at, if it is a whole environment."""
+        try:
+            target = os.readlink(self._envs / key)
+        except (FileNotFoundError, NotADirectoryError, OSError):
+            return None
+        env = self._builds / Path(target).name
+        return env if (env / META).is_file() else None
+
+    async def lookup(self, key: str, *, touch: bool) -> Published | None:
+        env = self._published_dir(key)
+        if env is None:
+            return None
+        try:
+            meta = json.loads((env / META).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if touch:
+            with contextlib.suppress(OSError):
+                (env / LAST_USED).touch()
+        return Published({"python": self._python_of(key)}, str(meta.get("build_id", "")))
+
+    # -- building --------------------------------------------------------------------
+
+    async def build(self, request: BuildRequest) -> Outcome:
+        env = self._builds / request.build_id
+        run = self._runs / request.build_id
+        started = time.monotonic()
+        deadline = started + self._timeout
+        published = False
+        with open(self._log_path(request.build_id), "ab", buffering=0) as out:  # noqa: ASYNC230 - local append
+            try:
+                await asyncio.to_thread(self._prepare_run, run, request.requirements)
+                _say(out, f"build {request.build_id} of key {request.key}")
+                venv = [self._python, "-m", "venv", "--without-pip", str(env)]
+                await self._step(out, "creating the virtualenv", venv, run, deadline)
+                python = str(env / "bin" / "python")
+                pip = [
+                    python,
+                    *("-m", "pip", "install", "--no-input", "--disable-pip-version-check"),
+                    *("--progress-bar", "off", "--no-warn-script-location"),
+                    *self._index_args,
+                    *("-r", "requirements.txt"),
+                ]
+                await self._step(out, "pip install", pip, run, deadline)
+                await asyncio.to_thread(self._finish, env, request)
+                self._publish(request.key, env)
+                published = True
+                elapsed = time.monotonic() - started
+                _say(out, f"published {self._python_of(request.key)} in {elapsed:.1f} s")
+                return Outcome(True, f"built in {elapsed:.1f} s", {"python": self._python_of(request.key)})
+            except _Failed as exc:
+                _say(out, f"build failed: {exc}")
+                return Outcome(False, str(exc))
+            except asyncio.CancelledError:
+                _say(out, "stopped: the builder service is stopping; nothing was published")
+                raise
+            finally:
+                if not published:
+                    await asyncio.to_thread(shutil.rmtree, env, True)
+                await asyncio.to_thread(shutil.rmtree, run, True)
+
+    def _log_path(self, log_id: str) -> Path:
+        return self._logs / f"{log_id}.log"
+
+    @staticmethod
+    def _prepare_run(run: Path, requirements: str) -> None:
+        (run / "tmp").mkdir(parents=True)
+        (run / "requirements.txt").write_text(requirements, encoding="utf-8")
+
+    def _environ(self, run: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+        env.update(
+            PIP_CONFIG_FILE=os.devnull,  # pip reads no configuration file at all then
+            PYTHONPATH=str(self._pip_dir),
+            PYTHONUNBUFFERED="1",
+            PYTHONNOUSERSITE="1",
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+            PIP_NO_INPUT="1",
+            TMPDIR=str(run / "tmp"),
+        )
+        return env
+
+    async def _step(self, out: BinaryIO, what: str, argv: list[str], run: Path, deadline: float) -> None:
+        """Run one command of the build with its output in the log; _Failed if it fails."""
+        _say(out, "$ " + " ".join(argv))
+        start_offset = os.fstat(out.fileno()).st_size
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Failed(f"{what}: the build took longer than {self._timeout:g} s")
+        proc = await asyncio.create_subprocess_exec(
+            self._python,
+            "-c",
+            LAUNCHER,
+            str(os.getpid()),
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out.fileno(),
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=run,
+            env=self._environ(run),
+            start_new_session=True,
+        )
+        log.info("build_step_started", step=what, pid=proc.pid, argv0=argv[0])
+        try:
+            code = await asyncio.wait_for(proc.wait(), remaining)
+        except TimeoutError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            raise _Failed(f"{what}: the build took longer than {self._timeout:g} s and was stopped") from None
+        except asyncio.CancelledError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            raise
+        finally:
+            _kill_group(proc.pid)  # whatever the command left behind in its group
+        if code == 0:
+            return
+        errors = _error_lines(Path(out.name), start_offset)
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            message = f"{what} was killed by {name}"
+        else:
+            message = f"{what} failed (exit {code})"
+        raise _Failed(f"{message}: {errors}" if errors else message)
+
+    def _finish(self, env: Path, request: BuildRequest) -> None:
+        """Make the platform importable after the user's packages; record size and origin."""
+        site_packages = env / self._site_packages
+        # A .pth line that starts with `import` is executed, one line at a time.
+        lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in self._site_dirs)
+        (site_packages / PLATFORM_PTH).write_text(lines, encoding="utf-8")
+        size = _disk_usage(env)
+        meta = {
+            "key": request.key,
+            "build_id": request.build_id,
+            "built_at": time.time(),
+            "size": size,
+        }
+        _write_synced(env / META, json.dumps(meta) + "\n")
+        (env / LAST_USED).touch()
+
+    def _publish(self, key: str, env: Path) -> None:
+        """Point `envs/<key>` at the finished environment in one rename."""
+        tmp = self._envs / f".{key}.{env.name}.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(Path("..") / "builds" / env.name)
+        os.replace(tmp, self._envs / key)
+        _fsync_dir(self._envs)
+
+    # -- after a restart ------------------------------------------------------------
+
+    async def recover(self, interrupted: Collection[str]) -> None:
+        await asyncio.to_thread(self._recover, list(interrupted))
+
+    def _recover(self, interrupted: list[str]) -> None:
+        referenced = set()
+        for link in self._envs.iterdir():
+            if link.name.startswith("."):
+                link.unlink(missing_ok=True)  # a publication that never happened
+                continue
+            env = self._published_dir(link.name)
+            if env is None:
+                link.unlink(missing_ok=True)
+            else:
+                referenced.add(env.name)
+        leftovers = [d for d in self._builds.iterdir() if d.name not in referenced]
+        _kill_processes_under([*leftovers, *self._runs.iterdir()])
+        for d in leftovers:
+            shutil.rmtree(d, ignore_errors=True)
+        for d in self._runs.iterdir():
+            shutil.rmtree(d, ignore_errors=True)
+        for build_id in interrupted:
+            path = self._log_path(build_id)
+            if path.exists():
+                with open(path, "ab") as out:
+                    _say(out, "build failed: the builder restarted during this build; nothing was published")
+        if leftovers:
+            log.info("removed unpublished builds", count=len(leftovers))
+
+    # -- the size cap ----------------------------------------------------------------
+
+    async def entries(self) -> list[CacheEntry]:
+        return await asyncio.to_thread(self._entries)
+
+    def _entries(self) -> list[CacheEntry]:
+        result = []
+        for link in self._envs.iterdir():
+            if link.name.startswith("."):
+                continue
+            env = self._published_dir(link.name)
+            if env is None:
+                continue
+            try:
+                size = int(json.loads((env / META).read_text(encoding="utf-8"))["size"])
+                last_used = (env / LAST_USED).stat().st_mtime
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            result.append(CacheEntry(link.name, size, last_used))
+        return result
+
+    async def evict(self, key: str, *, unless_used_after: float) -> bool:
+        env = self._published_dir(key)
+        if env is None:
+            return False
+        try:
+            if (env / LAST_USED).stat().st_mtime > unless_used_after:
+                return False
+        except FileNotFoundError:
+            pass
+        (self._envs / key).unlink(missing_ok=True)  # unpublished: no lookup finds it any more
+        _fsync_dir(self._envs)
+        await asyncio.to_thread(shutil.rmtree, env, True)
+        return True
+
+    # -- logs ------------------------------------------------------------------------
+
+    async def logs(
+        self, log_id: str, query: LogQuery, finished: Callable[[], Awaitable[bool]]
+    ) -> AsyncGenerator[list[LogLine], None]:
+        path = self._log_path(log_id)
+        size = _size(path)
+        if query.cursor is not None:
+            offset = _decode_cursor(query.cursor)
+            if offset > size:
+                raise BadCursor(f"{query.cursor[:60]!r} is past the end of this build's log")
+        elif query.tail is not None:
+            offset = _tail_offset(path, query.tail)
+        else:
+            offset = 0
+        yield []  # the query is good: the caller may answer now, before the first line
+        while True:
+            final = await finished()  # decided before reading, so nothing written after is missed
+            lines, offset, more = _read_lines(path, offset, final)
+            if lines:
+                yield lines
+            if more:
+                continue
+            if final or not query.follow:
+                return
+            await asyncio.sleep(self._poll)
+
+
+def _say(out: BinaryIO, text: str) -> None:
+    """One line of the builder's own in the build's log."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out.write(f"[builder {stamp}] {text}\n".encode())
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _kill_processes_under(dirs: list[Path]) -> None:
+    """SIGKILL every process whose command line names a path beneath one of `dirs` (what
+    a killed service's builds left running), and wait a little for them to go."""
+    if not dirs:
+        return
+    marks = [os.fsencode(str(d)) for d in dirs]
+    deadline = time.monotonic() + 5.0
+    while True:
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if any(arg.startswith(mark) for arg in args for mark in marks):
+                found.append(int(entry.name))
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not found or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def _error_lines(path: Path, start: int) -> str:
+    """The last error lines a command wrote to the log from `start` on."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        f.seek(max(start, end - 256 * 1024))
+        text = f.read().decode("utf-8", errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")] or lines
+    quoted = " | ".join(errors[-REASON_LINES:])
+    return quoted if len(quoted) <= REASON_CHARS else "…" + quoted[-REASON_CHARS:]
+
+
+def _disk_usage(path: Path) -> int:
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (*dirnames, *filenames):
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+    return total
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _encode_cursor(offset: int) -> str:
+    return f"b1.{offset}"
+
+
+def _decode_cursor(cursor: str) -> int:
+    version, _, rest = cursor.partition(".")
+    if version != "b1" or not rest.isdigit() or len(rest) > 15:
+        raise BadCursor(f"{cursor[:60]!r} is not a log cursor of this build")
+    return int(rest)
+
+
+def _read_lines(path: Path, offset: int, final: bool) -> tuple[list[LogLine], int, bool]:
+    """Whole lines from `offset` on, the offset after them, and whether more than one
+    batch was waiting. A last line without its newline waits unless the build is final."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_BATCH_SIZE)
+    except FileNotFoundError:
+        return [], offset, False
+    whole = len(data) < LOG_BATCH_SIZE
+    lines: list[LogLine] = []
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start, start + LOG_READ_SIZE)
+        if end < 0:
+            if len(data) - start >= LOG_READ_SIZE:
+                end = start + LOG_READ_SIZE - 1  # an endless line, cut
+            elif final and whole:
+                end = len(data) - 1
+            else:
+                break
+            piece = data[start : end + 1]
+        else:
+            piece = data[start:end]
+        offset += end + 1 - start
+        start = end + 1
+        lines.append(LogLine(piece.decode("utf-8", errors="replace"), _encode_cursor(offset)))
+    return lines, offset, not whole
+
+
+def _tail_offset(path: Path, lines: int) -> int:
+    """Where the last `lines` whole lines of the file begin."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            if lines <= 0:
+                return end
+            pos, found = end, 0
+            skip_last_newline = True
+            while pos > 0:
+                size = min(64 * 1024, pos)
+                pos -= size
+                f.seek(pos)
+                chunk = f.read(size)
+                i = len(chunk)
+                while (i := chunk.rfind(b"\n", 0, i)) >= 0:
+                    if skip_last_newline and pos + i == end - 1:
+                        skip_last_newline = False
+                        continue
+                    found += 1
+                    if found == lines:
+                        return pos + i + 1
+                skip_last_newline = False
+            return 0
+    except FileNotFoundError:
+        return 0

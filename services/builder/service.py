@@ -1,0 +1,399 @@
+"""The builder's core: requests, the cache, one build per key at a time, and the size cap.
+
+Every request becomes a build record of its owner's (a user sees only their own), while
+the work is shared by cache key:
+
+- a key with a published result is a hit: the caller's own newest successful build is
+  answered again, or a record is made that is `SUCCEEDED` at once, and nothing runs;
+- a key being built already gets no second build: the same owner is given the build
+  under way (same id), another owner a record of their own that follows it (same log,
+  same end);
+- otherwise a build record starts `PENDING`, becomes `RUNNING` once one of
+  `builder.max_concurrent_builds` slots is free, and ends `SUCCEEDED` or `FAILED`
+  together with every record that followed it. A failed build publishes nothing, so
+  the next identical request builds again.
+
+One lock per key orders these decisions against a build's end and against collection,
+so a request sees either the build under way or its published result, never neither.
+A restarted service fails the builds the store still calls active ("builder
+restarted") before it answers anything. One service replica is assumed, like the jobs
+service's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime
+from typing import Any
+from uuid import uuid4
+
+import structlog
+
+from paddlecloud.common import errors
+from paddlecloud.common.config import Config
+from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.store import Build, Store
+from paddlecloud.common.store.models import ACTIVE_STATES, FAILED, PENDING, RUNNING, SUCCEEDED, utcnow
+from paddlecloud.common.web import validate
+from paddlecloud.pfs.paths import authorize, parse_path
+
+from .backend import BaseRefused, BuildBackend, BuildRequest, LogLine, LogQuery, Outcome
+from .spec import BuildSpec, cache_key, check_requirements, field_problem
+
+log = structlog.get_logger(__name__)
+
+BUILD_ACTIVE = frozenset({PENDING, RUNNING})
+BUILD_FINAL = frozenset({SUCCEEDED, FAILED})
+RESTARTED = "builder restarted: the builder service stopped during this build; request it again"
+STOPPED = "the builder service stopped during this build; request it again"
+EVICTED = "its environment was removed to keep the cache under its size cap; request the build again"
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _KeyLocks:
+    """One asyncio lock per cache key, forgotten once nobody holds or awaits it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._locks[key]
+
+
+class Builder:
+    def __init__(self, config: Config, store: Store, backend: BuildBackend) -> None:
+        self._section = config.builder
+        self._datacenter = config.pfs.datacenter
+        self._store = store
+        self._backend = backend
+        self._slots = asyncio.Semaphore(self._section.max_concurrent_builds)
+        self._locked = _KeyLocks()
+        self._runners: dict[str, asyncio.Task[None]] = {}
+        self._collect_lock = asyncio.Lock()
+
+    @property
+    def backend(self) -> BuildBackend:
+        return self._backend
+
+    # -- life ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Fail what a previous process left unfinished, clean up after it, apply the cap."""
+        interrupted = await self._store.list_builds(BUILD_ACTIVE)
+        for build in interrupted:
+            await self._store.transition_build(
+                build.id, BUILD_ACTIVE, FAILED, reason=RESTARTED, finished_at=utcnow()
+            )
+        logs = {str(build.info.get("log", build.id)) for build in interrupted}
+        await self._backend.recover(sorted(logs))
+        if interrupted:
+            log.warning("failed builds interrupted by a restart", count=len(interrupted))
+        await self.collect()
+
+    async def stop(self) -> None:
+        """Stop every build under way; each records FAILED with the reason."""
+        tasks = list(self._runners.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- requests --------------------------------------------------------------------
+
+    async def request(self, identity: Identity, body: Any, *, dry_run: bool) -> tuple[dict[str, Any], int]:
+        """Answer a build request: (the answer, its HTTP status). 201 when a record was
+        made, 200 when an existing one (or, for a dry run, only the key) is answered."""
+        spec = validate(BuildSpec, body)
+        check_requirements(spec.requirements, self._section.max_requirements_bytes)
+        try:
+            base = self._backend.base_identity(spec.base)
+        except BaseRefused as exc:
+            raise field_problem("base", str(exc)) from None
+        package = self._package(identity, spec.package)
+        key = cache_key(base, spec.requirements, self._backend.version)
+        if dry_run:
+            published = await self._backend.lookup(key, touch=False)
+            return {"key": key, "cached": published is not None}, 200
+        owner = identity.user
+        record = {"requirements": spec.requirements, "base": spec.base, "package": package}
+        async with self._locked(key):
+            active = await self._store.find_builds(key, BUILD_ACTIVE)
+            if active:
+                own = next((b for b in active if b.owner == owner), None)
+                if own is not None:
+                    return await self.view(own), 200
+                leader = active[-1]  # the oldest: the one that is running
+                follower = self._new(
+                    key,
+                    owner,
+                    record,
+                    state=leader.state,
+                    reason="an identical build is under way; this one follows it",
+                    info={"log": leader.info.get("log", leader.id), "cached": False},
+                )
+                await self._store.create_build(follower)
+                log.info("build_joined", build=follower.id, key=key, log_of=follower.info["log"])
+                return await self.view(follower), 201
+            published = await self._backend.lookup(key, touch=True)
+            if published is not None:
+                own_builds = await self._store.find_builds(key, {SUCCEEDED})
+                mine = next((b for b in own_builds if b.owner == owner and not b.info.get("evicted")), None)
+                if mine is not None:
+                    log.info("build_cache_hit", build=mine.id, key=key)
+                    return await self.view(mine, cached=True), 200
+                hit_id = uuid4().hex
+                # Its log is that of the build that made the environment: how it was made.
+                hit = self._new(
+                    key,
+                    owner,
+                    record,
+                    state=SUCCEEDED,
+                    reason="cached: an identical environment was built before; nothing was run",
+                    info={
+                        "log": published.build_id or hit_id,
+                        "cached": True,
+                        "artifact": published.artifact,
+                    },
+                    build_id=hit_id,
+                    finished=True,
+                )
+                await self._store.create_build(hit)
+                log.info("build_cache_hit", build=hit.id, key=key)
+                return await self.view(hit), 201
+            build_id = uuid4().hex
+            build = self._new(
+                key,
+                owner,
+                record,
+                state=PENDING,
+                reason="waiting for a build slot",
+                info={"log": build_id, "cached": False},
+                build_id=build_id,
+            )
+            await self._store.create_build(build)
+            request = BuildRequest(
+                build_id=build.id,
+                key=key,
+                owner=owner,
+                requirements=spec.requirements,
+                base=spec.base,
+                package=package,
+            )
+            self._start_runner(request)
+        log.info("build_requested", build=build.id, key=key)
+        return await self.view(build), 201
+
+    @staticmethod
+    def _new(
+        key: str,
+        owner: str,
+        spec: dict[str, Any],
+        *,
+        state: str,
+        reason: str,
+        info: dict[str, Any],
+        finished: bool = False,
+        build_id: str | None = None,
+    ) -> Build:
+        now = utcnow()
+        return Build(
+            id=build_id or uuid4().hex,
+            key=key,
+            owner=owner,
+            state=state,
+            spec=spec,
+            created_at=now,
+            updated_at=now,
+            finished_at=now if finished else None,
+            reason=reason,
+            info=info,
+        )
+
+    def _package(self, identity: Identity, text: str | None) -> str | None:
+        """The package's PFS path, made absolute and checked to be the caller's to read."""
+        if text is None:
+            return None
+        if not text.startswith("/"):
+            text = f"/pfs/{self._datacenter}/home/{identity.user}/{text}"
+        try:
+            path = parse_path(text, self._datacenter)
+            authorize(path, identity, write=False)
+        except errors.ProblemError as exc:
+            raise field_problem("package", exc.detail) from None
+        return path.text
+
+    # -- reading ---------------------------------------------------------------------
+
+    async def get(self, owner: str, build_id: str) -> Build:
+        build = await self._store.get_build(build_id) if len(build_id) <= 64 else None
+        if build is None or build.owner != owner:
+            raise errors.NOT_FOUND(f"no build with id {build_id[:64]!r}")
+        return build
+
+    async def view(self, build: Build, *, cached: bool | None = None) -> dict[str, Any]:
+        """A build as the API shows it; `cached` overrides the record's own flag (a hit
+        answered with an earlier build). The artifact (`python`) is shown while the
+        result is published, and null once the size cap collected it."""
+        artifact = build.info.get("artifact") or {}
+        available = (
+            build.state == SUCCEEDED and await self._backend.lookup(build.key, touch=False) is not None
+        )
+        view: dict[str, Any] = {
+            "id": build.id,
+            "key": build.key,
+            "state": build.state,
+            "reason": build.reason,
+            "created_at": iso(build.created_at),
+            "finished_at": iso(build.finished_at),
+            "cached": bool(build.info.get("cached")) if cached is None else cached,
+        }
+        for name in self._backend.artifact_fields:
+            view[name] = artifact.get(name) if available else None
+        return view
+
+    def logs(self, build: Build, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+        async def finished() -> bool:
+            current = await self._store.get_build(build.id)
+            return current is None or current.state in BUILD_FINAL
+
+        return self._backend.logs(str(build.info.get("log", build.id)), query, finished)
+
+    # -- running ---------------------------------------------------------------------
+
+    def _start_runner(self, request: BuildRequest) -> None:
+        task = asyncio.create_task(self._run(request), name=f"build-{request.build_id}")
+        self._runners[request.key] = task
+        task.add_done_callback(lambda t: self._runner_done(request, t))
+
+    def _runner_done(self, request: BuildRequest, task: asyncio.Task[None]) -> None:
+        if self._runners.get(request.key) is task:
+            del self._runners[request.key]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("build runner crashed", build=request.build_id, exc_info=task.exception())
+
+    async def _run(self, request: BuildRequest) -> None:
+        key = request.key
+        try:
+            async with self._slots:
+                async with self._locked(key):
+                    for build in await self._store.find_builds(key, {PENDING}):
+                        await self._store.transition_build(
+                            build.id, {PENDING}, RUNNING, reason="installing the requirements"
+                        )
+                log.info("build_started", build=request.build_id, key=key)
+                try:
+                    outcome = await self._backend.build(request)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("build_crashed", build=request.build_id, key=key)
+                    outcome = Outcome(
+                        False,
+                        f"the builder failed ({type(exc).__name__}); quote build {request.build_id} "
+                        "to the operator",
+                    )
+            if outcome.succeeded:
+                # Before the build is reported done: whoever sees it SUCCEEDED also sees
+                # a cache within its cap.
+                try:
+                    await self.collect(keep=key)
+                except Exception:
+                    log.exception("cache collection failed", key=key)
+        except asyncio.CancelledError:
+            await self._finish(request, Outcome(False, STOPPED))
+            raise
+        await self._finish(request, outcome)
+
+    async def _finish(self, request: BuildRequest, outcome: Outcome) -> None:
+        """Give every record of the key the build's end, at once."""
+        state = SUCCEEDED if outcome.succeeded else FAILED
+        async with self._locked(request.key):
+            now = utcnow()
+            for build in await self._store.find_builds(request.key, BUILD_ACTIVE):
+                info = {**build.info, "artifact": outcome.artifact} if outcome.succeeded else build.info
+                await self._store.transition_build(
+                    build.id, BUILD_ACTIVE, state, reason=outcome.reason, finished_at=now, info=info
+                )
+        log.info(
+            "build_finished", build=request.build_id, key=request.key, state=state, reason=outcome.reason
+        )
+
+    # -- the size cap ----------------------------------------------------------------
+
+    async def collect(self, keep: str | None = None) -> list[str]:
+        """Remove least recently used results until the cache fits `builder.cache_max_bytes`,
+        sparing those an active job uses, those used in the last `min_idle_seconds` and
+        `keep`. The keys removed."""
+        async with self._collect_lock:
+            entries = await self._backend.entries()
+            total = sum(e.size for e in entries)
+            cap = self._section.cache_max_bytes
+            if total <= cap:
+                return []
+            spared = await self._keys_in_use()
+            if keep is not None:
+                spared.add(keep)
+            cutoff = time.time() - self._section.min_idle_seconds
+            removed = []
+            for entry in sorted(entries, key=lambda e: e.last_used):
+                if total <= cap:
+                    break
+                if entry.key in spared or entry.last_used > cutoff:
+                    continue
+                async with self._locked(entry.key):
+                    if not await self._backend.evict(entry.key, unless_used_after=entry.last_used):
+                        continue
+                    await self._mark_evicted(entry.key)
+                total -= entry.size
+                removed.append(entry.key)
+                log.info(
+                    "environment_collected",
+                    key=entry.key,
+                    size=entry.size,
+                    idle_seconds=round(time.time() - entry.last_used),
+                )
+            if total > cap:
+                log.warning(
+                    "build cache over its cap; what is left is in use or recent", total=total, cap=cap
+                )
+            return removed
+
+    async def _keys_in_use(self) -> set[str]:
+        """Keys of builds that active jobs point at, and keys being built."""
+        build_ids: set[str] = set()
+        cursor = None
+        while True:
+            page, cursor = await self._store.list_jobs(None, states=ACTIVE_STATES, limit=500, cursor=cursor)
+            build_ids.update(job.build_id for job in page if job.build_id)
+            if cursor is None:
+                break
+        keys = set(self._runners)
+        for build_id in build_ids:
+            build = await self._store.get_build(build_id)
+            if build is not None:
+                keys.add(build.key)
+        return keys
+
+    async def _mark_evicted(self, key: str) -> None:
+        for build in await self._store.find_builds(key, {SUCCEEDED}):
+            if not build.info.get("evicted"):
+                info = {**build.info, "evicted": True}
+                await self._store.transition_build(
+                    build.id, {SUCCEEDED}, SUCCEEDED, reason=EVICTED, info=info
+                )
