@@ -290,6 +290,13 @@ async def _dry_run(ctx: Context, client: AsyncClient, spec: dict[str, Any]) -> i
         )
         if package and package.get("found") is False:
             lines.append("The package is not on PFS yet: submit would upload it.")
+        build = plan.get("build")
+        if isinstance(build, Mapping):
+            key = str(build.get("key") or "")[:12]
+            if build.get("cached"):
+                lines.append(f"Environment for requirements.txt: a cache hit (key {key}...), no build.")
+            else:
+                lines.append(f"Environment for requirements.txt: would be built first (key {key}...).")
         lines.append("Nothing was uploaded or started.")
         return "\n".join(lines)
 

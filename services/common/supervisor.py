@@ -130,12 +130,15 @@ class Platform:
         raw.setdefault("pfs", {}).setdefault("root", str(self.data_dir / "pfs"))
         raw["pfs"].setdefault("datacenter", self.datacenter)
         raw.setdefault("jobs", {}).setdefault("work_dir", str(self.data_dir / "jobs"))
+        raw.setdefault("builder", {}).setdefault("work_dir", str(self.data_dir / "builder"))
         raw.setdefault("internal", {})["secret_file"] = str(self.data_dir / "internal.secret")
         gateway = raw.setdefault("gateway", {})
         gateway["admin_username"] = ADMIN
         gateway["admin_password_file"] = str(self.data_dir / "admin.password")
         for name in SERVICES:
             gateway[f"{name}_url"] = self.children[name].url
+        # The jobs service asks the builder directly for a job's environment.
+        raw.setdefault("builder", {})["url"] = self.children["builder"].url
         raw.setdefault("log", {}).setdefault("format", "json")
         path = self.run_dir / "paddlecloud.yaml"
         _write_private(path, yaml.safe_dump(raw, sort_keys=False))

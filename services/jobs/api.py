@@ -3,24 +3,30 @@ caller's own jobs: another user's job is a 404, as if it did not exist."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncGenerator
+from dataclasses import replace
 
 from aiohttp import web
 
+from paddlecloud.builder.client import BuilderError
 from paddlecloud.common import errors
+from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import IDENTITY, STORE
-from paddlecloud.common.store import StoreError
-from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES
+from paddlecloud.common.store import Job, StoreError
+from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES, TERMINAL_STATES
 from paddlecloud.common.web import json_response, read_json
 
 from .backend import BadCursor, LogLine, LogQuery
 from .keys import MANAGER
-from .manager import event_view, job_view
+from .manager import JobManager, event_view, job_view
 
 NDJSON = "application/x-ndjson"
 MAX_LIST_LIMIT = 500
 BAD_CURSOR = errors.ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
 ROLES = {"pserver": "PSERVER", "trainer": "TRAINER"}
+BUILD = "build"  # the pseudo-worker whose lines are the job's environment build
 
 
 def add_routes(app: web.Application) -> None:
@@ -130,7 +136,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
             raise errors.BAD_REQUEST(f"role: {message}", errors=[{"field": "role", "message": message}])
         roles.add(ROLES[role.lower()])
     workers = set(request.query.getall("worker", []))
-    known = {w.name for w in await manager.backend.workers(job)}
+    known = {w.name for w in await manager.backend.workers(job)} | ({BUILD} if job.build_id else set())
     unknown = sorted(workers - known)
     if unknown:
         names = ", ".join(sorted(known)) or "none yet"
@@ -144,7 +150,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         cursor=request.query.get("cursor") or None,
     )
     ndjson = NDJSON in request.headers.get("Accept", "")
-    lines = manager.backend.logs(job, query)
+    lines = _job_lines(manager, request[IDENTITY], job, query)
     # Read the first line before answering, so a bad cursor is a 400 and not a broken stream.
     try:
         first = await anext(lines, None)
@@ -172,3 +178,37 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     finally:
         await lines.aclose()
     return response
+
+
+async def _job_lines(
+    manager: JobManager, identity: Identity, job: Job, query: LogQuery
+) -> AsyncGenerator[list[LogLine], None]:
+    """The build's log (as worker `build`, cursors `b.<builder's cursor>`) when the job had
+    one, then the workers' logs; a follower waits for the job to start between the two."""
+    cursor = query.cursor
+    wanted = not query.roles and (not query.workers or BUILD in query.workers)
+    if job.build_id and cursor is not None and cursor.startswith("b."):
+        if not wanted:
+            cursor = None
+    if job.build_id and wanted and (cursor is None or cursor.startswith("b.")):
+        try:
+            async for item in manager.builder.logs(
+                identity, job.build_id, follow=query.follow, cursor=cursor[2:] if cursor else None
+            ):
+                yield [LogLine(BUILD, item["line"], "b." + item["cursor"])]
+        except BuilderError as exc:
+            if exc.status == 400:
+                raise BadCursor(exc.detail) from None
+            yield [LogLine(BUILD, f"(the build's log is not available: {exc.detail})", cursor or "b.")]
+        cursor = None
+    if cursor is not None and cursor.startswith("b."):
+        raise BadCursor(f"{cursor[:60]!r}: this job had no build")
+    while query.follow and not job.backend and job.state not in TERMINAL_STATES:
+        await asyncio.sleep(0.1)  # built, not started yet
+        latest = await manager.find(job.id)
+        if latest is None:
+            return
+        job = latest
+    if job.backend and (not query.workers or set(query.workers) - {BUILD}):
+        async for batch in manager.backend.logs(job, replace(query, cursor=cursor)):
+            yield batch

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from paddlecloud.builder.client import BuilderClient
 from paddlecloud.common.config import Config
 from paddlecloud.common.store import Store
 from paddlecloud.common.web import create_base_app, use_store
@@ -32,12 +33,14 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             root = Root(config.pfs.root)
             backend = LocalBackend(config, root)
             await backend.open()
-            manager = JobManager(config, store, backend, root)
+            builder = BuilderClient(config)
+            manager = JobManager(config, store, backend, root, builder)
             app[MANAGER] = manager
             try:
                 async with reconciling(manager):
                     yield
             finally:
+                await builder.close()
                 await backend.close()
 
     return ctx

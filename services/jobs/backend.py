@@ -40,6 +40,7 @@ class Launch:
     package: str  # the PFS path of the package (a directory, .tar.gz or .zip)
     package_kind: str  # "dir", "tar" or "zip"
     input: str | None = None
+    python: str | None = None  # a built environment's interpreter (local backend)
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,18 @@ import asyncio
 import contextlib
 import os
 import stat
+import tarfile
+import zipfile
 from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, BinaryIO
 from uuid import uuid4
 
 import structlog
 from pydantic import ValidationError
 
+from paddlecloud.builder.client import BuilderClient, BuilderError, BuilderUnavailable
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
 from paddlecloud.common.internal_auth import Identity
@@ -31,6 +34,7 @@ from paddlecloud.common.quantity import format_bytes, format_cpu_milli
 from paddlecloud.common.store import AlreadyExists, Job, Store
 from paddlecloud.common.store.models import (
     ACTIVE_STATES,
+    BUILDING,
     FAILED,
     KILLED,
     PENDING,
@@ -49,6 +53,8 @@ from .spec import JobSpec, parse_submission
 
 log = structlog.get_logger(__name__)
 
+REQUIREMENTS = "requirements.txt"
+MAX_REQUIREMENTS = 64 * 1024
 PACKAGE_NOT_FOUND = errors.ErrorKind("ERR_PACKAGE_NOT_FOUND", 422, "Job package not found")
 # Events the backend reported (as opposed to state changes and the service's own notices).
 BACKEND_EVENT_TYPES = frozenset({"normal", "warning"})
@@ -133,8 +139,12 @@ class Resources:
 
 
 class JobManager:
-    def __init__(self, config: Config, store: Store, backend: Backend, root: Root) -> None:
+    def __init__(
+        self, config: Config, store: Store, backend: Backend, root: Root, builder: BuilderClient
+    ) -> None:
         self._config = config
+        self._builder = builder
+        self._build_tasks: set[asyncio.Task[None]] = set()
         self._store = store
         self._backend = backend
         self._root = root
@@ -148,6 +158,10 @@ class JobManager:
     @property
     def backend(self) -> Backend:
         return self._backend
+
+    @property
+    def builder(self) -> BuilderClient:
+        return self._builder
 
     # -- submit ----------------------------------------------------------------------
 
@@ -198,8 +212,11 @@ class JobManager:
                 updated_at=now,
                 reason="submitted",
             )
+            requirements = None
+            if spec.image is None and package_kind is not None:
+                requirements = await asyncio.to_thread(self._requirements, package, package_kind)
             if dry_run:
-                return {
+                answer = {
                     "dry_run": True,
                     "job": job_view(job),
                     "workers": [w.to_dict() for w in planned_workers(spec)],
@@ -209,7 +226,11 @@ class JobManager:
                         "found": package_kind is not None,
                     },
                     "output": output.text,
+                    "build": None,
                 }
+                if requirements is not None:
+                    answer["build"] = await self._planned_build(identity, requirements, package.text)
+                return answer
             try:
                 await self._store.create_job(job)
             except AlreadyExists:
@@ -228,16 +249,153 @@ class JobManager:
             package_kind=package_kind or "dir",
             input=None if input_path is None else input_path.text,
         )
+        if requirements is not None:
+            return job_view(await self._build_then_start(identity, launch, requirements))
+        return job_view(await self._start(launch))
+
+    async def _start(self, launch: Launch) -> Job:
+        """Start a job that is PENDING or BUILDING, unless it was killed meanwhile."""
+        job = launch.job
         async with self._job_lock(job.id):
+            current = await self._store.get_job_by_id(job.id)
+            if current is None or current.state not in (PENDING, BUILDING):
+                return current or job
             try:
-                info = await self._backend.start(launch)
+                info = await self._backend.start(replace(launch, job=current))
             except StartFailed as exc:
-                failed = await self._transition(job, FAILED, str(exc), finished_at=utcnow())
-                return job_view(failed or job)
+                failed = await self._transition(current, FAILED, str(exc), finished_at=utcnow())
+                return failed or current
             updated = await self._store.update_job(job.id, backend=info)
-            job = updated or job
+            job = updated or current
             self._active[job.id] = job
-        return job_view(job)
+        return job
+
+    # -- builds ----------------------------------------------------------------------
+
+    def _requirements(self, package: PfsPath, kind: str) -> str | None:
+        """The package's requirements.txt, if it has one with something in it."""
+        data: bytes | None = None
+        try:
+            if kind == "dir":
+                fd = self._root.open(package.child(REQUIREMENTS), os.O_RDONLY | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as f:
+                    data = f.read(MAX_REQUIREMENTS + 1)
+            else:
+                fd = self._root.open(package, os.O_RDONLY | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as f:
+                    data = _archived_requirements(f, kind)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
+            raise field_problem("package", f"cannot read {package}: {exc}") from None
+        if data is None:
+            return None
+        if len(data) > MAX_REQUIREMENTS:
+            raise field_problem(
+                "package", f"its {REQUIREMENTS} is larger than {MAX_REQUIREMENTS // 1024} KiB"
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise field_problem("package", f"its {REQUIREMENTS} is not UTF-8 text") from None
+        return text if text.strip() else None
+
+    async def _planned_build(self, identity: Identity, requirements: str, package: str) -> dict[str, Any]:
+        try:
+            answer = await self._builder.request_build(
+                identity, requirements=requirements, base=None, package=package, dry_run=True
+            )
+        except BuilderError as exc:
+            raise errors.ProblemError(
+                errors.ErrorKind(exc.code, exc.status, "The builder refused the requirements"),
+                f"{REQUIREMENTS}: {exc.detail}",
+                errors=[{"field": "package", "message": exc.detail}],
+            ) from None
+        return {"key": answer.get("key"), "cached": bool(answer.get("cached"))}
+
+    async def _build_then_start(self, identity: Identity, launch: Launch, requirements: str) -> Job:
+        """BUILDING until the builder has the job's environment, then start it in that."""
+        job = launch.job
+        building = await self._transition(job, BUILDING, f"building the environment for {REQUIREMENTS}")
+        if building is None:
+            return await self._store.get_job_by_id(job.id) or job
+        try:
+            build = await self._builder.request_build(
+                identity, requirements=requirements, base=None, package=launch.package
+            )
+        except BuilderError as exc:
+            failed = await self._transition(
+                building, FAILED, f"cannot build the environment: {exc.detail}", finished_at=utcnow()
+            )
+            return failed or building
+        job = await self._store.update_job(job.id, build_id=str(build["id"])) or building
+        how = "a cached environment" if build.get("cached") else "a new build"
+        await self._event(
+            job, "notice", "BuildRequested", f"build {build['id']} ({how}, key {build.get('key')})"
+        )
+        self._watch_build(replace(launch, job=job), str(build["id"]))
+        return job
+
+    def _watch_build(self, launch: Launch, build_id: str) -> None:
+        task = asyncio.create_task(self._await_build(launch, build_id), name=f"build-of-{launch.job.id}")
+        self._build_tasks.add(task)
+        task.add_done_callback(self._build_tasks.discard)
+
+    async def _await_build(self, launch: Launch, build_id: str) -> None:
+        job = launch.job
+        identity = Identity(job.owner)
+        try:
+            while True:
+                try:
+                    build = await self._builder.get_build(identity, build_id)
+                except BuilderUnavailable:
+                    build = {"state": "UNKNOWN"}  # it may be restarting: ask again
+                except BuilderError as exc:
+                    build = {"state": "FAILED", "reason": exc.detail}
+                state = build.get("state")
+                if state in ("SUCCEEDED", "FAILED"):
+                    break
+                current = await self._store.get_job_by_id(job.id)
+                if current is None or current.state != BUILDING:
+                    return  # killed or removed while it built
+                await asyncio.sleep(self._config.jobs.poll_seconds * 5)
+            if state == "FAILED":
+                reason = f"the environment build failed: {build.get('reason') or 'no reason given'}"
+                current = await self._store.get_job_by_id(job.id)
+                if current is not None and current.state == BUILDING:
+                    await self._event(current, "warning", "BuildFailed", reason)
+                    await self._transition(current, FAILED, reason, finished_at=utcnow())
+                return
+            await self._start(replace(launch, python=build.get("python")))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("waiting for a build failed", job=job.name, build=build_id)
+
+    async def close(self) -> None:
+        """Stop waiting for builds (they go on; a restarted service waits again)."""
+        for task in list(self._build_tasks):
+            task.cancel()
+        await asyncio.gather(*self._build_tasks, return_exceptions=True)
+
+    def _launch_for(self, job: Job) -> Launch:
+        """The launch of a recorded job, its paths resolved again (after a restart)."""
+        spec = JobSpec.model_validate(job.spec)
+        home = self.home(job.owner)
+        owner = Identity(job.owner)
+        package = self._resolve(owner, "package", spec.package, write=False)
+        output = self._resolve(owner, "output", spec.output or f"{home}/jobs/{spec.name}/output", write=True)
+        input_path = None if spec.input is None else self._resolve(owner, "input", spec.input, write=False)
+        return Launch(
+            job=job,
+            spec=spec,
+            datacenter=self._datacenter,
+            pfs_home=home,
+            output=output.text,
+            package=package.text,
+            package_kind=self._check_package(package),
+            input=None if input_path is None else input_path.text,
+        )
 
     def _resolve(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
         if not text.startswith("/"):
@@ -361,6 +519,9 @@ class JobManager:
             raise errors.NOT_FOUND(f"no job named {name!r}")
         return job
 
+    async def find(self, job_id: str) -> Job | None:
+        return await self._store.get_job_by_id(job_id)
+
     async def events(self, job: Job) -> list[dict[str, Any]]:
         return [event_view(e) for e in await self._store.list_events(job.id)]
 
@@ -371,8 +532,10 @@ class JobManager:
         job = await self.get(identity.user, name)
         if job.state in ACTIVE_STATES:
             log.info("killing job", job=name, owner=job.owner)
-            await self._backend.stop(job, self._config.jobs.grace_seconds)
+            # Under the job's lock, so a build that finishes now cannot start it behind our back.
             async with self._job_lock(job.id):
+                job = await self._store.get_job_by_id(job.id) or job
+                await self._backend.stop(job, self._config.jobs.grace_seconds)
                 await self._reconcile_locked(job)
                 current = await self._store.get_job_by_id(job.id)
                 if current is not None and current.state in ACTIVE_STATES:
@@ -390,6 +553,14 @@ class JobManager:
     async def resume(self) -> None:
         """Re-attach to every job the store calls active (after a restart of this service)."""
         async for job in self._all_jobs(None, ACTIVE_STATES):
+            if not job.backend and job.state == BUILDING and job.build_id:
+                try:
+                    launch = await asyncio.to_thread(self._launch_for, job)
+                except (errors.ProblemError, ValidationError) as exc:
+                    await self._transition(job, FAILED, f"cannot start after a restart: {exc}")
+                else:
+                    self._watch_build(launch, job.build_id)
+                continue
             if not job.backend:
                 await self._transition(job, FAILED, "the jobs service stopped before it started the job")
                 continue
@@ -404,6 +575,8 @@ class JobManager:
         """Observe active jobs forever, every `jobs.poll_seconds`."""
         while True:
             for job in list(self._active.values()):
+                if self._job_lock(job.id).locked():
+                    continue  # being killed or started; the next round sees the outcome
                 try:
                     async with self._job_lock(job.id):
                         await self._reconcile_locked(job)
@@ -468,7 +641,7 @@ class JobManager:
                 self._active[job.id] = job
 
     async def _transition(self, job: Job, state: str, reason: str, **fields: Any) -> Job | None:
-        expected = ACTIVE_STATES if state in TERMINAL_STATES else {PENDING, "BUILDING"}
+        expected = ACTIVE_STATES if state in TERMINAL_STATES else {PENDING, BUILDING}
         updated = await self._store.transition_job(job.id, expected, state, reason=reason, **fields)
         if updated is None:
             latest = await self._store.get_job_by_id(job.id)
@@ -490,6 +663,24 @@ class JobManager:
         await self._store.add_event(event)
 
 
+def _archived_requirements(archive: BinaryIO, kind: str) -> bytes | None:
+    """requirements.txt at the top of a .tar.gz/.tar or .zip package, or None."""
+    if kind == "zip":
+        with zipfile.ZipFile(archive) as z:
+            names = set(z.namelist())
+            for name in (REQUIREMENTS, f"./{REQUIREMENTS}"):
+                if name in names:
+                    with z.open(name) as f:
+                        return f.read(MAX_REQUIREMENTS + 1)
+        return None
+    with tarfile.open(fileobj=archive, mode="r:*") as tar:
+        for member in tar:
+            if member.name in (REQUIREMENTS, f"./{REQUIREMENTS}") and member.isfile():
+                extracted = tar.extractfile(member)
+                return None if extracted is None else extracted.read(MAX_REQUIREMENTS + 1)
+    return None
+
+
 @contextlib.asynccontextmanager
 async def reconciling(manager: JobManager) -> AsyncIterator[None]:
     """Re-attach, then run the reconcile loop for the duration of the block."""
@@ -501,3 +692,4 @@ async def reconciling(manager: JobManager) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await manager.close()

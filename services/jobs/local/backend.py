@@ -182,6 +182,7 @@ class LocalBackend(Backend):
             devices_per_trainer=max(spec.gpu, 1),
             grace_seconds=self._config.jobs.grace_seconds,
             mounts=mounts,
+            python=launch.python,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         return plan

@@ -123,6 +123,9 @@ class Plan:
     restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS
     # Made in order, in the supervisor's private mount namespace (see `Mount`).
     mounts: tuple[Mount, ...] = ()
+    # The interpreter `python` means for the workers (first on their PATH): a built
+    # environment's, or None for the platform's own.
+    python: str | None = None
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -141,6 +144,7 @@ class Plan:
             "port_timeout_seconds": self.port_timeout_seconds,
             "restart_delay_seconds": self.restart_delay_seconds,
             "mounts": [m.to_dict() for m in self.mounts],
+            "python": self.python,
         }
 
     @classmethod
@@ -153,6 +157,7 @@ class Plan:
             port_timeout_seconds=float(data.get("port_timeout_seconds", DEFAULT_PORT_TIMEOUT_SECONDS)),
             restart_delay_seconds=float(data.get("restart_delay_seconds", DEFAULT_RESTART_DELAY_SECONDS)),
             mounts=tuple(Mount.from_dict(m) for m in data.get("mounts", ())),
+            python=None if data.get("python") is None else str(data["python"]),
         )
 
 
@@ -180,6 +185,7 @@ def build_plan(
     port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS,
     restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS,
     mounts: Sequence[Mount] = (),
+    python: str | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -276,4 +282,5 @@ def build_plan(
         port_timeout_seconds=port_timeout_seconds,
         restart_delay_seconds=restart_delay_seconds,
         mounts=tuple(mounts),
+        python=python,
     )

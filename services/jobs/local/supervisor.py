@@ -351,9 +351,13 @@ class JobSupervisor:
     async def _spawn(self, worker: Worker) -> asyncio.subprocess.Process:
         env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
         env["PYTHONUNBUFFERED"] = "1"  # log lines as they happen; the user's env may say otherwise
-        # `python` in an entry is the platform's Python (with paddlecloud's helpers), not
-        # whichever one comes first on the PATH of the shell that started the server.
-        env["PATH"] = os.pathsep.join(filter(None, (os.path.dirname(sys.executable), env.get("PATH"))))
+        # `python` in an entry is the job's built environment or the platform's Python
+        # (with paddlecloud's helpers), not whichever one comes first on the PATH of the
+        # shell that started the server.
+        python = self._plan.python or sys.executable
+        env["PATH"] = os.pathsep.join(filter(None, (os.path.dirname(python), env.get("PATH"))))
+        if self._plan.python is not None:
+            env["VIRTUAL_ENV"] = os.path.dirname(os.path.dirname(python))
         env.update(worker.env)
         # The child gets its own copy of the descriptor; ours is closed once it exists.
         log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

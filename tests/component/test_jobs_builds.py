@@ -1,0 +1,168 @@
+"""Jobs whose package has a requirements.txt: PENDING → BUILDING → RUNNING in the built environment."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from paddlecloud.builder.app import create_app as create_builder
+from paddlecloud.common.keys import STORE
+from paddlecloud.common.store import Token, User
+from paddlecloud.common.store.models import utcnow
+from paddlecloud.gateway.accounts import hash_token
+from paddlecloud.gateway.app import create_app as create_gateway
+from paddlecloud.jobs.app import create_app as create_jobs
+from support import make_config, make_wheelhouse
+
+PROGRAM = "import tinypkg\nprint('tinypkg', tinypkg.VALUE, flush=True)\n"
+
+
+@dataclass
+class Platform:
+    client: TestClient[Any, Any]
+    home: Path
+    headers: dict[str, str]
+    builder_dir: Path
+
+    def package(self, name: str, requirements: str) -> str:
+        target = self.home / name
+        target.mkdir(parents=True)
+        (target / "train.py").write_text(PROGRAM)
+        (target / "requirements.txt").write_text(requirements)
+        return f"/pfs/dc1/home/alice/{name}"
+
+    async def submit(self, spec: dict[str, Any], status: int = 201, **params: str) -> dict[str, Any]:
+        resp = await self.client.post("/api/v1/jobs", json=spec, headers=self.headers, params=params)
+        body = await resp.json(content_type=None)
+        assert resp.status == status, body
+        return body  # type: ignore[no-any-return]
+
+    async def job(self, name: str) -> dict[str, Any]:
+        resp = await self.client.get(f"/api/v1/jobs/{name}", headers=self.headers)
+        assert resp.status == 200
+        return await resp.json()  # type: ignore[no-any-return]
+
+    async def wait(self, name: str, timeout: float = 120.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            job = await self.job(name)
+            if not seen or seen[-1] != job["state"]:
+                seen.append(job["state"])
+            if job["state"] in ("SUCCEEDED", "FAILED", "KILLED"):
+                job["seen"] = seen
+                return job
+            assert time.monotonic() < deadline, job
+            await asyncio.sleep(0.05)
+
+    async def logs(self, name: str, **params: str) -> str:
+        resp = await self.client.get(f"/api/v1/jobs/{name}/logs", headers=self.headers, params=params)
+        assert resp.status == 200, await resp.text()
+        return await resp.text()
+
+
+@pytest.fixture
+async def platform(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) -> Platform:
+    wheelhouse = make_wheelhouse(tmp_path / "wheelhouse")
+    builder = {"work_dir": str(tmp_path / "builder"), "find_links": [str(wheelhouse)], "no_index": True}
+    sections: dict[str, dict[str, Any]] = {"pfs": {"datacenter": "dc1"}, "builder": builder}
+    builder_server = await aiohttp_server(create_builder(make_config(tmp_path, **sections)))
+    sections["builder"] = builder | {"url": str(builder_server.make_url(""))}
+    sections["jobs"] = {"poll_seconds": 0.05}
+    jobs_server = await aiohttp_server(create_jobs(make_config(tmp_path, **sections)))
+    gateway = {"jobs_url": str(jobs_server.make_url("")), "admin_password": None}
+    client = await aiohttp_client(create_gateway(make_config(tmp_path, **sections, gateway=gateway)))
+    store = client.app[STORE]
+    await store.create_user(User("alice", "!unused"))
+    token = f"pc_{secrets.token_urlsafe(32)}"
+    await store.add_token(Token(hash_token(token), "alice", expires_at=utcnow() + timedelta(hours=1)))
+    return Platform(
+        client, tmp_path / "pfs" / "home" / "alice", {"Authorization": f"Bearer {token}"}, tmp_path
+    )
+
+
+async def test_a_job_with_requirements_builds_then_runs_in_that_environment_and_the_next_hits_the_cache(
+    platform: Platform,
+) -> None:
+    package = platform.package("first", "tinypkg==2.0\n")
+    dry = await platform.submit({"name": "one", "package": package}, status=200, dry_run="1")
+    assert dry["build"]["cached"] is False and len(dry["build"]["key"]) == 64
+    await platform.submit({"name": "one", "package": package})
+    job = await platform.wait("one")
+    assert job["state"] == "SUCCEEDED", job["reason"]
+    assert job["seen"][-1] == "SUCCEEDED" and "BUILDING" in job["seen"], job["seen"]
+    states = [e["state"] for e in job["events"] if e["type"] == "state"]
+    assert states == ["PENDING", "BUILDING", "RUNNING", "SUCCEEDED"]
+    assert any(e["reason"] == "BuildRequested" and "a new build" in e["message"] for e in job["events"])
+    text = await platform.logs("one")
+    assert "[trainer-0] tinypkg 2.0" in text  # the built environment's version, not another
+    assert "[build] " in text
+    assert (await platform.logs("one", worker="trainer-0")).splitlines() == ["[trainer-0] tinypkg 2.0"]
+
+    # The same requirements in another package: a cache hit, no new build.
+    again = platform.package("second", "tinypkg==2.0\n")
+    dry = await platform.submit({"name": "two", "package": again}, status=200, dry_run="1")
+    assert dry["build"]["cached"] is True
+    await platform.submit({"name": "two", "package": again})
+    job = await platform.wait("two")
+    assert job["state"] == "SUCCEEDED", job["reason"]
+    assert any(
+        e["reason"] == "BuildRequested" and "a cached environment" in e["message"] for e in job["events"]
+    )
+    assert "[trainer-0] tinypkg 2.0" in await platform.logs("two")
+
+
+async def test_a_bad_requirement_fails_the_job_with_pips_message_in_events_and_logs(
+    platform: Platform,
+) -> None:
+    package = platform.package("bad", "no-such-package-anywhere==1.0\n")
+    await platform.submit({"name": "bad", "package": package})
+    job = await platform.wait("bad")
+    assert job["state"] == "FAILED"
+    assert "the environment build failed" in job["reason"]
+    assert "no-such-package-anywhere" in job["reason"], job["reason"]
+    failed = [e for e in job["events"] if e["reason"] == "BuildFailed"]
+    assert failed and "no-such-package-anywhere" in failed[0]["message"]
+    text = await platform.logs("bad")
+    assert "[build] " in text and "no-such-package-anywhere" in text
+    assert "[trainer-0]" not in text  # nothing ran
+
+
+async def test_a_build_log_follow_resumes_into_the_jobs_own_log(platform: Platform) -> None:
+    package = platform.package("follow", "tinypkg==1.0\n")
+    await platform.submit({"name": "follow", "package": package})
+    resp = await platform.client.get(
+        "/api/v1/jobs/follow/logs",
+        headers={**platform.headers, "Accept": "application/x-ndjson"},
+        params={"follow": "1"},
+    )
+    assert resp.status == 200
+    items = [item async for item in _ndjson(resp)]
+    workers = [i["worker"] for i in items]
+    assert workers[0] == "build" and workers[-1] == "trainer-0", workers
+    assert items[-1]["line"] == "tinypkg 1.0"
+    # Resuming from the last build line gives exactly the job's own lines after it.
+    last_build = [i for i in items if i["worker"] == "build"][-1]
+    resp = await platform.client.get(
+        "/api/v1/jobs/follow/logs",
+        headers={**platform.headers, "Accept": "application/x-ndjson"},
+        params={"cursor": last_build["cursor"]},
+    )
+    rest = [item async for item in _ndjson(resp)]
+    assert [(i["worker"], i["line"]) for i in rest] == [("trainer-0", "tinypkg 1.0")]
+
+
+async def _ndjson(resp: Any) -> Any:
+    import json
+
+    async for raw in resp.content:
+        if raw.strip():
+            yield json.loads(raw)
