@@ -180,6 +180,10 @@ def main() -> int:
             "--dry-run",
             str(EXAMPLE.relative_to(ROOT)),
         )
+
+        step("A job whose package has a requirements.txt: its environment is built once, then reused")
+        run("submit", "--job-name", "hello-requirements", "--follow", "examples/hello_requirements")
+        run("submit", "--job-name", "hello-again", "--dry-run", "examples/hello_requirements")
     finally:
         stop_server(server)
     print(f"\ndemo finished in {time.monotonic() - started:.1f}s", flush=True)
