@@ -166,3 +166,17 @@ async def _ndjson(resp: Any) -> Any:
     async for raw in resp.content:
         if raw.strip():
             yield json.loads(raw)
+
+
+async def test_two_jobs_submitted_together_share_one_build(platform: Platform) -> None:
+    first = platform.package("a", "tinypkg==1.0\notherpkg==1.0\n")
+    second = platform.package("b", "tinypkg==1.0\notherpkg==1.0\n")
+    await asyncio.gather(
+        platform.submit({"name": "a", "package": first}), platform.submit({"name": "b", "package": second})
+    )
+    jobs = [await platform.wait("a"), await platform.wait("b")]
+    assert [j["state"] for j in jobs] == ["SUCCEEDED", "SUCCEEDED"], [j["reason"] for j in jobs]
+    builds = {e["message"].split()[1] for j in jobs for e in j["events"] if e["reason"] == "BuildRequested"}
+    assert len(builds) == 1, builds  # one build id for both
+    published = list((platform.builder_dir / "builder" / "envs").iterdir())
+    assert len(published) == 1
