@@ -55,6 +55,9 @@ class JobsSection(ServiceSection):
     # How often the service looks at an active job's state, and how long a killed
     # worker gets between SIGTERM and SIGKILL.
     poll_seconds: float = Field(0.1, gt=0)
+    # How often a log follower looks for new lines: what a line waits, at most, between
+    # being written and being sent (a few stat and read calls per follower each time).
+    log_poll_seconds: float = Field(0.02, gt=0)
     grace_seconds: float = Field(10.0, ge=0)
     # Run local jobs in a private mount namespace with the user's PFS home at
     # /pfs/<datacenter>/home/<user> (and public read-only): "auto" does so where the

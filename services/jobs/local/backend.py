@@ -81,7 +81,7 @@ class LocalBackend(Backend):
         self._config = config
         self._root = root
         self._work_dir = config.jobs.work_dir.expanduser().absolute()
-        self._poll = config.jobs.poll_seconds
+        self._log_poll = config.jobs.log_poll_seconds
         self._mount_pfs = False
         self._children: set[asyncio.Task[None]] = set()
         self._seen: dict[str, _Seen] = {}
@@ -420,7 +420,7 @@ class LocalBackend(Backend):
                 continue
             if final or not query.follow:
                 return
-            await asyncio.sleep(self._poll)
+            await asyncio.sleep(self._log_poll)
 
     def _is_final(self, job: Job) -> bool:
         """No more log lines can come: the job is final, or its supervisor is gone."""
