@@ -3,19 +3,15 @@ builds: another user's build id is a 404, as if it did not exist."""
 
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 
 from paddlecloud.common import errors
 from paddlecloud.common.keys import IDENTITY
+from paddlecloud.common.logstream import stream_lines
 from paddlecloud.common.web import json_response, read_json
 
-from .backend import BadCursor, LogLine, LogQuery
+from .backend import LogQuery
 from .keys import BUILDER
-
-NDJSON = "application/x-ndjson"
-BAD_CURSOR = errors.ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
 
 
 def add_routes(app: web.Application) -> None:
@@ -70,32 +66,9 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         follow=_flag(request, "follow"),
         cursor=request.query.get("cursor") or None,
     )
-    ndjson = NDJSON in request.headers.get("Accept", "")
-    lines = builder.logs(build, query)
-    # The first batch comes once the query is checked, so a bad cursor is a 400 and not
-    # a broken stream.
-    try:
-        first = await anext(lines, None)
-    except BadCursor as exc:
-        raise BAD_CURSOR(f"cursor: {exc}", errors=[{"field": "cursor", "message": str(exc)}]) from None
-    response = web.StreamResponse(headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
-    response.content_type = NDJSON if ndjson else "text/plain"
-    response.charset = "utf-8"
-    response.enable_chunked_encoding()
-    await response.prepare(request)
-    batch: list[LogLine] | None = first
-    try:
-        while batch is not None:
-            if ndjson:
-                text = "".join(json.dumps({"line": x.line, "cursor": x.cursor}) + "\n" for x in batch)
-            else:
-                text = "".join(f"{x.line}\n" for x in batch)
-            if text:
-                await response.write(text.encode())
-            batch = await anext(lines, None)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the follower went away; it resumes from its last cursor
-    finally:
-        await lines.aclose()
-    return response
+    return await stream_lines(
+        request,
+        builder.logs(build, query),
+        as_text=lambda x: x.line,
+        as_json=lambda x: {"line": x.line, "cursor": x.cursor},
+    )

@@ -34,10 +34,6 @@ class BaseRefused(ValueError):
     """The backend cannot build on this base; the message says why, for the user."""
 
 
-class BadCursor(ValueError):
-    """A log cursor this backend did not hand out."""
-
-
 @dataclass(frozen=True)
 class BuildRequest:
     """One build to run, as the service recorded it."""

@@ -51,9 +51,9 @@ from typing import BinaryIO
 import structlog
 
 from paddlecloud.common.config import Config
+from paddlecloud.common.logstream import BadCursor, tail_offset
 
 from .backend import (
-    BadCursor,
     BaseRefused,
     BuildBackend,
     BuildRequest,
@@ -419,7 +419,7 @@ class LocalBuildBackend(BuildBackend):
             if offset > size:
                 raise BadCursor(f"{query.cursor[:60]!r} is past the end of this build's log")
         elif query.tail is not None:
-            offset = _tail_offset(path, query.tail)
+            offset = tail_offset(path, query.tail)
         else:
             offset = 0
         yield []  # the query is good: the caller may answer now, before the first line
@@ -555,31 +555,3 @@ def _read_lines(path: Path, offset: int, final: bool) -> tuple[list[LogLine], in
         start = end + 1
         lines.append(LogLine(piece.decode("utf-8", errors="replace"), _encode_cursor(offset)))
     return lines, offset, not whole
-
-
-def _tail_offset(path: Path, lines: int) -> int:
-    """Where the last `lines` whole lines of the file begin."""
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            if lines <= 0:
-                return end
-            pos, found = end, 0
-            skip_last_newline = True
-            while pos > 0:
-                size = min(64 * 1024, pos)
-                pos -= size
-                f.seek(pos)
-                chunk = f.read(size)
-                i = len(chunk)
-                while (i := chunk.rfind(b"\n", 0, i)) >= 0:
-                    if skip_last_newline and pos + i == end - 1:
-                        skip_last_newline = False
-                        continue
-                    found += 1
-                    if found == lines:
-                        return pos + i + 1
-                skip_last_newline = False
-            return 0
-    except FileNotFoundError:
-        return 0

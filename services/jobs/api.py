@@ -4,7 +4,6 @@ caller's own jobs: another user's job is a 404, as if it did not exist."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
@@ -14,17 +13,16 @@ from paddlecloud.builder.client import BuilderError
 from paddlecloud.common import errors
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import IDENTITY, STORE
+from paddlecloud.common.logstream import BAD_CURSOR, BadCursor, stream_lines
 from paddlecloud.common.store import Job, StoreError
 from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES, TERMINAL_STATES
 from paddlecloud.common.web import json_response, read_json
 
-from .backend import BadCursor, LogLine, LogQuery
+from .backend import LogLine, LogQuery
 from .keys import MANAGER
 from .manager import JobManager, event_view, job_view
 
-NDJSON = "application/x-ndjson"
 MAX_LIST_LIMIT = 500
-BAD_CURSOR = errors.ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
 ROLES = {"pserver": "PSERVER", "trainer": "TRAINER"}
 BUILD = "build"  # the pseudo-worker whose lines are the job's environment build
 
@@ -149,35 +147,12 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         workers=workers,
         cursor=request.query.get("cursor") or None,
     )
-    ndjson = NDJSON in request.headers.get("Accept", "")
-    lines = _job_lines(manager, request[IDENTITY], job, query)
-    # Read the first line before answering, so a bad cursor is a 400 and not a broken stream.
-    try:
-        first = await anext(lines, None)
-    except BadCursor as exc:
-        raise BAD_CURSOR(f"cursor: {exc}") from None
-    response = web.StreamResponse(headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
-    response.content_type = NDJSON if ndjson else "text/plain"
-    response.charset = "utf-8"
-    response.enable_chunked_encoding()
-    await response.prepare(request)
-    batch: list[LogLine] | None = first
-    try:
-        while batch is not None:
-            if ndjson:
-                text = "".join(
-                    json.dumps({"worker": x.worker, "line": x.line, "cursor": x.cursor}) + "\n" for x in batch
-                )
-            else:
-                text = "".join(f"[{x.worker}] {x.line}\n" for x in batch)
-            await response.write(text.encode())
-            batch = await anext(lines, None)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the follower went away; it resumes from its last cursor
-    finally:
-        await lines.aclose()
-    return response
+    return await stream_lines(
+        request,
+        _job_lines(manager, request[IDENTITY], job, query),
+        as_text=lambda x: f"[{x.worker}] {x.line}",
+        as_json=lambda x: {"worker": x.worker, "line": x.line, "cursor": x.cursor},
+    )
 
 
 async def _job_lines(

@@ -103,10 +103,6 @@ class LogQuery:
     cursor: str | None = None
 
 
-class BadCursor(ValueError):
-    """A log cursor this backend did not hand out."""
-
-
 @dataclass(frozen=True)
 class PlannedWorker:
     name: str

@@ -36,13 +36,13 @@ from typing import Any
 import structlog
 
 from paddlecloud.common.config import Config
+from paddlecloud.common.logstream import BadCursor, tail_offset
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES
 from paddlecloud.pfs.paths import PfsPath, Root, parse_path
 
 from ..backend import (
     Backend,
-    BadCursor,
     Launch,
     LogLine,
     LogQuery,
@@ -399,7 +399,7 @@ class LocalBackend(Backend):
         if offsets is None:
             offsets = [0] * len(names)
             if query.tail is not None:
-                offsets = [_tail_offset(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
+                offsets = [tail_offset(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
         wanted = [
             i
             for i, name in enumerate(names)
@@ -513,37 +513,6 @@ def _tail(path: Path, lines: int = 3) -> str:
     except OSError:
         return "no output"
     return " | ".join(text[-lines:]) or "no output"
-
-
-def _tail_offset(path: Path, lines: int) -> int:
-    """The offset where the last `lines` whole lines of a file begin."""
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            pos, found, block = end, 0, 64 * 1024
-            if lines <= 0:
-                return end
-            skip_last_newline = True
-            while pos > 0:
-                size = min(block, pos)
-                pos -= size
-                f.seek(pos)
-                chunk = f.read(size)
-                i = len(chunk)
-                while True:
-                    i = chunk.rfind(b"\n", 0, i)
-                    if i < 0:
-                        break
-                    if skip_last_newline and pos + i == end - 1:
-                        skip_last_newline = False
-                        continue
-                    found += 1
-                    if found == lines:
-                        return pos + i + 1
-                skip_last_newline = False
-            return 0
-    except FileNotFoundError:
-        return 0
 
 
 def _encode_cursor(offsets: Sequence[int]) -> str:
