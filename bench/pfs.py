@@ -3,6 +3,12 @@
 Baselines, measured in the same run on the same disk: a bare aiohttp handler that
 streams the body to a file and fsyncs it (the upload ceiling), a bare `FileResponse`
 read by a plain aiohttp client (the download ceiling), and `cp`.
+
+Three more rows say where the rest goes, without changing those ratios: the bare handler
+again, but fed the same chunks tus uses, each fdatasynced before the next is sent (what
+acknowledging only durable offsets costs with any server); the CLI itself downloading from
+a bare `FileResponse` (the same client, so only gateway and pfs differ); and the CLI's
+start-up, which every CLI row includes.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ import time
 from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
+
+from paddlecloud.transfer import CHUNK_SIZE
 
 SIZE = 2**30
 CHUNK = 1 << 20
@@ -100,6 +109,114 @@ async def bare_ceiling(source: Path, workdir: Path) -> tuple[float, float]:
     return up, down
 
 
+async def chunked_ceiling(source: Path, workdir: Path) -> float:
+    """Seconds to send `source` to a bare handler in CHUNK_SIZE requests, each appended and
+    fdatasynced before its answer, one after the other (tus's rule: an offset is only
+    acknowledged once durable, and the next chunk starts from it)."""
+    target = workdir / "bare-chunked"
+
+    async def append(request: web.Request) -> web.Response:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            async for chunk in request.content.iter_any():
+                os.write(fd, chunk)
+            await asyncio.to_thread(os.fdatasync, fd)
+        finally:
+            os.close(fd)
+        return web.Response(status=204)
+
+    app = web.Application(client_max_size=0)
+    app.router.add_patch("/append", append)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            drop_caches_for(source)
+            start = time.perf_counter()
+            with open(source, "rb") as f:
+                # Like the CLI, the next chunk is read while this one is sent.
+                ahead = asyncio.ensure_future(asyncio.to_thread(f.read, CHUNK_SIZE))
+                while piece := await ahead:
+                    ahead = asyncio.ensure_future(asyncio.to_thread(f.read, CHUNK_SIZE))
+                    async with session.patch(f"http://127.0.0.1:{port}/append", data=piece) as resp:
+                        assert resp.status == 204
+            return time.perf_counter() - start
+    finally:
+        await runner.cleanup()
+
+
+async def cli_from_file_response(
+    cli: list[str], env: dict[str, str], source: Path, sha256: str, workdir: Path
+) -> float:
+    """Seconds for the CLI to download `source` from a bare `FileResponse`: the same client,
+    doing the same verification, with no gateway and no pfs in between.
+
+    The app answers only what `cp` asks: a token, the file's stat (with its sha256) and the file.
+    """
+    remote = "/pfs/direct/home/bench/source.bin"
+    info = source.stat()
+    entry = {"path": remote, "name": "source.bin", "type": "file", "size": info.st_size, "mode": "0644"}
+
+    async def token(_request: web.Request) -> web.Response:
+        return web.json_response({"token": "direct", "expires_at": None, "user": "bench", "admin": False})
+
+    async def stat(request: web.Request) -> web.Response:
+        extra = {"sha256": sha256} if request.query.get("checksum") == "sha256" else {}
+        return web.json_response({**entry, **extra})
+
+    async def files(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(source)
+
+    app = web.Application()
+    app.router.add_post("/api/v1/auth/token", token)
+    app.router.add_get("/api/v1/pfs/stat", stat)
+    app.router.add_get("/api/v1/pfs/files", files)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    config = workdir / "direct.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "datacenters": [
+                    {
+                        "name": "direct",
+                        "username": "bench",
+                        "password": "bench",
+                        "endpoint": f"http://127.0.0.1:{port}",
+                    }
+                ],
+                "current-datacenter": "direct",
+            }
+        )
+    )
+    out = workdir / "direct-download.bin"
+    try:
+        drop_caches_for(source)
+        start = time.perf_counter()
+        process = await asyncio.create_subprocess_exec(
+            *cli,
+            "cp",
+            "-q",
+            remote,
+            str(out),
+            env={**env, "PADDLE_CONFIG": str(config)},
+            stdout=subprocess.DEVNULL,
+        )
+        assert await process.wait() == 0, "the CLI could not download from the bare FileResponse"
+        seconds = time.perf_counter() - start
+    finally:
+        await runner.cleanup()
+    assert sha256_of(out) == sha256, "downloaded bytes differ"
+    out.unlink()
+    return seconds
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -126,6 +243,9 @@ def main() -> None:
         drop_caches_for(source)
         cp_seconds = timed(["sh", "-c", f"cp {source} {work / 'cp-copy'} && sync {work / 'cp-copy'}"], env)
         bare_up, bare_down = asyncio.run(bare_ceiling(source, work))
+        chunked_up = asyncio.run(chunked_ceiling(source, work))
+        direct_down = asyncio.run(cli_from_file_response(cli, env, source, expected, work))
+        startup = timed([*cli, "--help"], env)
 
         server = subprocess.Popen(
             [*cli, "server", "--data-dir", str(work / "data"), "--port", "0"],
@@ -157,17 +277,23 @@ def main() -> None:
         return SIZE / seconds / 1e6
 
     print(f"1 GiB of random bytes, page cache dropped before each read; {shutil.which('cp')}")
-    print(f"{'':48}{'MB/s':>8}{'ratio':>10}")
+    width = 62
+    print(f"{'':{width}}{'MB/s':>8}{'ratio':>10}")
+    chunk = f"{CHUNK_SIZE >> 20} MiB"
     rows = [
         ("cp + sync", cp_seconds, None),
         ("upload: bare aiohttp handler + fsync (ceiling)", bare_up, None),
         ("upload: CLI -> gateway -> pfs (tus, sha256)", cli_up, bare_up),
+        (f"  bare handler, {chunk} requests each fdatasynced", chunked_up, bare_up),
         ("download: bare FileResponse (ceiling)", bare_down, None),
         ("download: CLI <- gateway <- pfs (verified)", cli_down, bare_down),
+        ("  CLI <- bare FileResponse (same client, verified)", direct_down, bare_down),
+        ("  CLI <- gateway <- pfs, against the row above", cli_down, direct_down),
     ]
     for name, seconds, baseline in rows:
         ratio = f"{baseline / seconds:.2f}x" if baseline else ""
-        print(f"{name:48}{rate(seconds):>8.0f}{ratio:>10}")
+        print(f"{name:{width}}{rate(seconds):>8.0f}{ratio:>10}")
+    print(f"CLI start-up (paddlecloud --help), part of every CLI row: {startup:.2f} s")
     print("aim: upload >= 0.60x of its ceiling, download >= 0.70x of its ceiling")
 
 

@@ -50,8 +50,14 @@ from .progress import Progress, human_size, summary_text
 if TYPE_CHECKING:
     from .client import AsyncClient
 
-CHUNK_SIZE = 8 * 1024 * 1024
+# Each PATCH costs a round trip through the gateway and an fdatasync on the server
+# whatever its size; 16 MiB measured fastest here (8 MiB: 10% slower, 32 MiB: 10% slower
+# as the server's work after the last byte grows). An upload holds up to three chunks.
+CHUNK_SIZE = 16 * 1024 * 1024
 READ_BLOCK = 1024 * 1024
+# A download's part file is handed to the disk every this many bytes, so the fsync
+# before the rename does not find the whole file still in memory.
+WRITEBACK_EVERY = 8 * 1024 * 1024
 DEFAULT_JOBS = 4
 TUS_VERSION = "1.0.0"
 TUS_HEADERS = {"Tus-Resumable": TUS_VERSION}
@@ -120,6 +126,8 @@ class _ChunkReader:
 
     The chunk is held (rather than streamed from disk) because its checksum goes in the
     header before the body, and because bytes in hand can be resent after a 460 or a reset.
+    At most three are in memory: the one being sent, the next one read ahead, and the one
+    before, while it is added to the whole file's sha256.
     """
 
     def __init__(self, path: Path) -> None:
@@ -145,11 +153,28 @@ class _PartWriter:
         self._file.truncate(start)
         self._file.seek(start)
         self.size = start
+        self._written_back = start
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
         self.digest.update(data)
         self.size += len(data)
+        if self.size - self._written_back >= WRITEBACK_EVERY:
+            self._start_writeback()
+
+    def _start_writeback(self) -> None:
+        # POSIX_FADV_DONTNEED starts writing the range's dirty pages back without waiting
+        # (it drops only pages already clean). Left alone, the kernel would keep the whole
+        # download dirty in memory and the fsync in `finish` would write all of it then.
+        self._file.flush()
+        if _FADVISE is not None:
+            _FADVISE(
+                self._file.fileno(),
+                self._written_back,
+                self.size - self._written_back,
+                os.POSIX_FADV_DONTNEED,
+            )
+        self._written_back = self.size
 
     def flush(self) -> None:
         self._file.flush()
@@ -164,7 +189,10 @@ class _PartWriter:
         self._file.close()
 
 
-async def _settled(task: asyncio.Task[Any]) -> None:
+_FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS
+
+
+async def _settled(task: asyncio.Future[Any]) -> None:
     """Wait for `task` to end, whatever its outcome; its result is not wanted."""
     with contextlib.suppress(Exception):
         await asyncio.shield(task)
@@ -721,12 +749,20 @@ class Transfers:
             length = min(self.chunk_size, size - at)
             return asyncio.create_task(asyncio.to_thread(reader.read, at, length), name="pfs-read-ahead")
 
-        def acknowledged(at: int, data: bytes, upto: int) -> None:
-            nonlocal hashed, whole
+        hashing: asyncio.Future[None] | None = None
+
+        async def acknowledged(at: int, data: bytes, upto: int) -> None:
+            # The acknowledged bytes join the whole file's sha256 in a thread, while the
+            # next chunk is already on its way; one update at a time, in order.
+            nonlocal hashed, whole, hashing
             if whole is None:
                 return
             if hashed == at and at <= upto <= at + len(data):
-                whole.update(memoryview(data)[: upto - at])
+                if hashing is not None:
+                    await hashing
+                hashing = asyncio.ensure_future(
+                    asyncio.to_thread(whole.update, memoryview(data)[: upto - at])
+                )
                 hashed = upto
             elif upto > hashed:
                 whole = None  # a gap we did not see; hash the file at the end instead
@@ -761,7 +797,7 @@ class Transfers:
                     current = await self._recover(url, task, offset, exc, attempt)
                     if current > offset:
                         bar.update(current - offset)  # kept from the broken PATCH
-                        acknowledged(offset, data, current)
+                        await acknowledged(offset, data, current)
                     offset = current
                     continue
                 if new_offset is None or not new_offset.isdigit() or int(new_offset) <= offset:
@@ -769,7 +805,7 @@ class Transfers:
                         f"{url}: the server acknowledged the chunk without a new Upload-Offset"
                     )
                 bar.update(int(new_offset) - offset)
-                acknowledged(offset, data, int(new_offset))
+                await acknowledged(offset, data, int(new_offset))
                 offset = int(new_offset)
                 attempt = 0
                 self._chunk_done()
@@ -778,6 +814,8 @@ class Transfers:
                 # Not cancelled: that would not stop its thread, which could then read
                 # from the descriptor closed below. A read is short; let it finish.
                 await _settled(ahead[1])
+            if hashing is not None:
+                await _settled(hashing)
             reader.close()
             bar.close()
         sent = whole.hexdigest() if whole is not None and hashed == size else None
@@ -986,17 +1024,30 @@ class Transfers:
                     hashing.close()
             writer = await asyncio.to_thread(_PartWriter, part, start, digest)
             bar = self.progress.file(task.label, total, start)
+            writing: asyncio.Future[None] | None = None
+            next_chunk = (start // self.chunk_size + 1) * self.chunk_size
+
+            async def written() -> None:
+                # Wait for the block in the writer's hands, then flush at each chunk boundary.
+                nonlocal next_chunk
+                if writing is not None:
+                    await writing
+                while writer.size >= next_chunk:
+                    next_chunk += self.chunk_size
+                    await asyncio.to_thread(writer.flush)
+                    self._chunk_done()
+
             try:
-                next_chunk = (start // self.chunk_size + 1) * self.chunk_size
                 async for block in response.content.iter_chunked(READ_BLOCK):
-                    await asyncio.to_thread(writer.write, block)
+                    # A block is written and hashed in a thread while the next one arrives.
+                    await written()
+                    writing = asyncio.ensure_future(asyncio.to_thread(writer.write, block))
                     bar.update(len(block))
-                    while writer.size >= next_chunk:
-                        next_chunk += self.chunk_size
-                        await asyncio.to_thread(writer.flush)
-                        self._chunk_done()
+                await written()
                 await asyncio.to_thread(writer.finish)
             finally:
+                if writing is not None:
+                    await _settled(writing)
                 writer.close()
                 bar.close()
         if writer.size != total:

@@ -47,9 +47,10 @@ from .paths import (
 log = structlog.get_logger()
 
 PREFIX = "/api/v1/pfs"
-# Read size for downloads and hashing: large enough to keep a disk busy, small enough
-# that a few hundred downloads at once stay within a few hundred MiB.
-CHUNK = 256 * 1024
+# Read size for downloads: large enough that the thread hop each read costs stays small
+# next to the read (256 KiB reads measured 5% slower end to end), small enough that a few
+# hundred downloads at once stay within a few hundred MiB.
+CHUNK = 1024 * 1024
 HASH_CHUNK = 1024 * 1024
 # Hashing a large file holds a worker thread for minutes; cap how many do so at once so
 # downloads and listings (which share asyncio's default executor) are never starved.

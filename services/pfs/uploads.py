@@ -63,6 +63,12 @@ LOCK_TIMEOUT = 30.0
 _ID = re.compile(r"^[A-Za-z0-9_-]{32}$")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 SYNC_EVERY = 64 * 1024 * 1024
+# Writeback of a PATCH's bytes is started every this many bytes (see staging._writeback).
+WRITEBACK_EVERY = 1024 * 1024
+# Received bytes are hashed in worker threads a batch of this size at a time; a chunk of
+# up to this size is hashed whole while it is being fdatasynced.
+HASH_BATCH = 16 * 1024 * 1024
+HASH_READ_BLOCK = 1024 * 1024
 
 T = TypeVar("T")
 
@@ -76,6 +82,87 @@ async def _blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except asyncio.CancelledError:
         await asyncio.wait({future})
         raise
+
+
+async def _all(*steps: Awaitable[Any]) -> None:
+    """Run `steps` at once and wait for every one of them, then raise the first error."""
+    for outcome in await asyncio.gather(*steps, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+def _hash_back(fd: int, offset: int, length: int, digest: Any) -> None:
+    """Feed `length` bytes of `fd` from `offset` to `digest`, a block at a time."""
+    while length > 0:
+        block = os.pread(fd, min(HASH_READ_BLOCK, length), offset)
+        if not block:
+            raise OSError(errno.EIO, "the staging file is shorter than what was written to it")
+        digest.update(block)
+        offset += len(block)
+        length -= len(block)
+
+
+class _Hashing:
+    """The digests of one PATCH body (the chunk's checksum, the whole file's sha256).
+
+    With a readable descriptor, what was written is read back from the page cache and
+    hashed in worker threads, each digest in a thread of its own (hashlib lets go of the
+    GIL): the event loop only receives and writes, and no received bytes are kept for
+    hashing, so memory stays flat however many uploads run at once. A batch (HASH_BATCH)
+    is hashed at a time, in order; a chunk up to HASH_BATCH long is hashed while it is
+    fdatasynced, when the CPU would otherwise be waiting for the disk.
+
+    Without one (a chunk staged beside the staging file), pieces are hashed as they come.
+    """
+
+    def __init__(self, digests: list[Any], fd: int | None, start: int) -> None:
+        self._digests = digests
+        self._fd = fd
+        self._start = start  # where the body's first byte is in the file
+        self._written = 0
+        self._queued = 0  # bytes handed to the threads
+        self._running: asyncio.Future[Any] | None = None
+
+    def wrote(self, piece: bytes) -> bool:
+        """Account for bytes just written; True when a batch is waiting for `flush`."""
+        if self._fd is None:
+            for digest in self._digests:
+                digest.update(piece)
+            return False
+        self._written += len(piece)
+        return bool(self._digests) and self._written - self._queued >= HASH_BATCH
+
+    async def flush(self) -> None:
+        """Start hashing what was written since the last batch, once that batch is done."""
+        await self.settle()
+        if self._fd is None or not self._digests or self._queued == self._written:
+            return
+        offset, length = self._start + self._queued, self._written - self._queued
+        self._queued = self._written
+        loop = asyncio.get_running_loop()
+        self._running = asyncio.gather(
+            *(loop.run_in_executor(None, _hash_back, self._fd, offset, length, d) for d in self._digests)
+        )
+
+    async def finish(self) -> None:
+        """Hash everything written and wait until the digests are complete."""
+        await self.flush()
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the batch being hashed, even if cancelled meanwhile: the digests must
+        not change under whoever reads them next, nor the file under the threads."""
+        running = self._running
+        if running is None:
+            return
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            await asyncio.wait({running})
+            raise
+        finally:
+            if running.done():
+                self._running = None
 
 
 class _Slot:
@@ -413,6 +500,11 @@ class Uploads:
             whole = self._running_hash(record.id, start)
             saved = whole.copy() if whole is not None and checksum is not None else None
             chunk = checksum.hasher() if checksum is not None else None
+            hashing = _Hashing(
+                [d for d in (chunk, whole) if d is not None],
+                writer.fd if writer.in_place else None,
+                start,
+            )
             problem: ProblemError | None = None
             cancelled: asyncio.CancelledError | None = None
             loop = asyncio.get_running_loop()
@@ -429,7 +521,7 @@ class Uploads:
                     try:
                         if slot.stop_requested:
                             stop()
-                        await self._pump(request, writer, syncer, room, whole, chunk, scope)
+                        await self._pump(request, writer, syncer, hashing, room, scope)
                     finally:
                         slot.on_stop = None
             except TimeoutError:
@@ -459,6 +551,15 @@ class Uploads:
             synced = time.perf_counter()
             try:
                 await syncer.settle()
+                # An interrupted checksummed chunk cannot be verified: it is discarded below.
+                keep = checksum is None or problem is None
+                in_sync = keep and writer.in_place and writer.written > 0
+                if in_sync:
+                    # The chunk goes to disk while its last batch is hashed: the 204 waits for
+                    # both, and a chunk that turns out not to match is still taken back below.
+                    await _all(hashing.finish(), _blocking(os.fdatasync, fd))
+                else:
+                    await hashing.finish()
                 discarded = False
                 if checksum is not None:
                     if problem is None and chunk is not None and chunk.digest() != checksum.digest:
@@ -473,10 +574,11 @@ class Uploads:
                         discarded = True  # the truncation must be as durable as the bytes were
                     else:
                         writer.commit()
-                if discarded or writer.written:
+                if discarded or (writer.written and not in_sync):
                     await _blocking(os.fdatasync, fd)
             except OSError as exc:
                 # Nothing past `start` is known to be on disk: take it back.
+                await hashing.settle()
                 with contextlib.suppress(OSError):
                     writer.discard()
                 whole = None
@@ -508,9 +610,8 @@ class Uploads:
         request: web.Request,
         writer: ChunkWriter,
         syncer: _Syncer,
+        hashing: _Hashing,
         room: int,
-        whole: Any,
-        chunk: Any,
         scope: asyncio.Timeout,
     ) -> None:
         """Copy the body to the writer piece by piece as it arrives, pushing the read deadline on."""
@@ -519,6 +620,7 @@ class Uploads:
         kick_every = min(1.0, self.read_timeout / 4)
         kicked = loop.time()
         left = room
+        unflushed = 0
         while left > 0:
             piece = await request.content.readany()
             if not piece:
@@ -526,15 +628,20 @@ class Uploads:
             if len(piece) > left:
                 piece = piece[:left]  # the rest is past the upload's end: never read on
             left -= len(piece)
-            if chunk is not None:
-                chunk.update(piece)
             before = writer.written
             try:
                 writer.write(piece)
             finally:
-                if whole is not None:
-                    whole.update(memoryview(piece)[: writer.written - before])
-            syncer.wrote(len(piece))
+                done = writer.written - before
+                # Only what was written counts (a full disk may stop a write half-way).
+                full = hashing.wrote(piece if done == len(piece) else piece[:done])
+            unflushed += done
+            if unflushed >= WRITEBACK_EVERY:
+                writer.start_writeback()
+                unflushed = 0
+            syncer.wrote(done)
+            if full:
+                await hashing.flush()
             now = loop.time()
             if now - kicked >= kick_every:
                 scope.reschedule(now + self.read_timeout)

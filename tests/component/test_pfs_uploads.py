@@ -492,6 +492,40 @@ async def test_chunk_checksums(platform: Platform, algorithm: str) -> None:
     assert resp.headers["PaddleCloud-Sha256"] == sha256(good + bad)
 
 
+async def test_chunks_longer_than_a_hash_batch(platform: Platform, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bodies are hashed back from the staging file a batch at a time, the last batch while
+    # the chunk is synced; a chunk spanning several batches must verify like a short one.
+    monkeypatch.setattr("paddlecloud.pfs.uploads.HASH_BATCH", 4096)
+    monkeypatch.setattr("paddlecloud.pfs.uploads.HASH_READ_BLOCK", 1000)
+    alice = await platform.user("alice")
+    first, second = os.urandom(50_000), os.urandom(30_001)
+    url = await platform.new_upload(alice, "/pfs/dc1/home/alice/batches.bin", len(first) + len(second))
+
+    def pieces(data: bytes) -> Callable[[], AsyncIterator[bytes]]:
+        async def body() -> AsyncIterator[bytes]:
+            for at in range(0, len(data), 3_000):
+                yield data[at : at + 3_000]
+
+        return body
+
+    resp = await platform.patch(
+        alice, url, 0, pieces(first)(), **{"Upload-Checksum": checksum("sha256", first)}
+    )
+    assert resp.status == 204 and resp.headers["Upload-Offset"] == str(len(first))
+    damaged = second[:-1] + bytes([second[-1] ^ 1])
+    resp = await platform.patch(
+        alice, url, len(first), pieces(damaged)(), **{"Upload-Checksum": checksum("sha256", second)}
+    )
+    await problem(resp, 460, "ERR_CHECKSUM_MISMATCH")
+    assert await platform.offset(alice, url) == len(first)
+    resp = await platform.patch(
+        alice, url, len(first), pieces(second)(), **{"Upload-Checksum": checksum("sha1", second)}
+    )
+    assert resp.status == 204
+    assert resp.headers["PaddleCloud-Sha256"] == sha256(first + second)
+    assert (platform.home("alice") / "batches.bin").read_bytes() == first + second
+
+
 @pytest.mark.parametrize(
     ("value", "status", "code"),
     [
