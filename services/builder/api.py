@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from paddlecloud.common import errors
 from paddlecloud.common.keys import IDENTITY
 from paddlecloud.common.logstream import stream_lines
-from paddlecloud.common.web import json_response, read_json
+from paddlecloud.common.web import json_response, query_flag, query_int, read_json
 
 from .backend import LogQuery
 from .keys import BUILDER
@@ -20,30 +19,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/builds/{id}/logs", get_logs)
 
 
-def _bad_query(name: str, message: str) -> errors.ProblemError:
-    return errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
-
-
-def _flag(request: web.Request, name: str) -> bool:
-    value = request.query.get(name, "0").lower()
-    if value in ("1", "true", "yes", ""):
-        return value != "" or name in request.query
-    if value in ("0", "false", "no"):
-        return False
-    raise _bad_query(name, f"must be 1, 0, true or false, not {value[:40]!r}")
-
-
-def _int(request: web.Request, name: str, low: int, high: int) -> int | None:
-    text = request.query.get(name)
-    if text is None:
-        return None
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise _bad_query(name, f"must be a whole number from {low} to {high}, not {text[:40]!r}")
-    return int(text)
-
-
 async def request_build(request: web.Request) -> web.Response:
-    dry_run = _flag(request, "dry_run")
+    dry_run = query_flag(request, "dry_run")
     body = await read_json(request)
     answer, status = await request.app[BUILDER].request(request[IDENTITY], body, dry_run=dry_run)
     response = json_response(answer, status=status)
@@ -62,8 +39,8 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     builder = request.app[BUILDER]
     build = await builder.get(request[IDENTITY].user, request.match_info["id"])
     query = LogQuery(
-        tail=_int(request, "tail", 0, 10_000_000),
-        follow=_flag(request, "follow"),
+        tail=query_int(request, "tail", 0, 10_000_000),
+        follow=query_flag(request, "follow"),
         cursor=request.query.get("cursor") or None,
     )
     return await stream_lines(

@@ -259,6 +259,31 @@ def validation_problem(exc: ValidationError) -> errors.ProblemError:
     return errors.VALIDATION(summary, errors=fields)
 
 
+def query_problem(name: str, message: str) -> errors.ProblemError:
+    """A 400 naming the query parameter that is wrong and why."""
+    return errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
+
+
+def query_flag(request: web.Request, name: str) -> bool:
+    """A yes/no query parameter: 1, true, yes or present without a value; 0, false or no."""
+    value = request.query.get(name, "0").lower()
+    if value in ("1", "true", "yes", ""):
+        return value != "" or name in request.query
+    if value in ("0", "false", "no"):
+        return False
+    raise query_problem(name, f"must be 1, 0, true or false, not {value[:40]!r}")
+
+
+def query_int(request: web.Request, name: str, low: int, high: int, default: int | None = None) -> int | None:
+    """A whole-number query parameter within [low, high]; `default` when absent."""
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise query_problem(name, f"must be a whole number from {low} to {high}, not {text[:40]!r}")
+    return int(text)
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=lambda obj: json.dumps(obj, default=str))
 

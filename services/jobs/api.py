@@ -16,7 +16,7 @@ from paddlecloud.common.keys import IDENTITY, STORE
 from paddlecloud.common.logstream import BAD_CURSOR, BadCursor, stream_lines
 from paddlecloud.common.store import Job, StoreError
 from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES, TERMINAL_STATES
-from paddlecloud.common.web import json_response, read_json
+from paddlecloud.common.web import json_response, query_flag, query_int, query_problem, read_json
 
 from .backend import LogLine, LogQuery
 from .keys import MANAGER
@@ -38,28 +38,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/quota", get_quota)
 
 
-def _flag(request: web.Request, name: str) -> bool:
-    value = request.query.get(name, "0").lower()
-    if value in ("1", "true", "yes", ""):
-        return value != "" or name in request.query
-    if value in ("0", "false", "no"):
-        return False
-    message = f"must be 1, 0, true or false, not {value[:40]!r}"
-    raise errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
-
-
-def _int(request: web.Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    if not text.isdigit() or not low <= int(text) <= high:
-        message = f"must be a whole number from {low} to {high}, not {text[:40]!r}"
-        raise errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
-    return int(text)
-
-
 async def submit(request: web.Request) -> web.Response:
-    dry_run = _flag(request, "dry_run")
+    dry_run = query_flag(request, "dry_run")
     body = await read_json(request)
     result = await request.app[MANAGER].submit(request[IDENTITY], body, dry_run=dry_run)
     if dry_run:
@@ -75,11 +55,11 @@ async def list_jobs(request: web.Request) -> web.Response:
         for state in value.split(","):
             if state.strip().upper() not in JOB_STATES:
                 message = f"{state[:40]!r} is not a job state; use one of {', '.join(JOB_STATES)}"
-                raise errors.BAD_REQUEST(f"state: {message}", errors=[{"field": "state", "message": message}])
+                raise query_problem("state", message)
             states.add(state.strip().upper())
-    if not states and not _flag(request, "all"):
+    if not states and not query_flag(request, "all"):
         states = set(ACTIVE_STATES)
-    limit = _int(request, "limit", 50, 1, MAX_LIST_LIMIT)
+    limit = query_int(request, "limit", 1, MAX_LIST_LIMIT, default=50)
     assert limit is not None
     try:
         jobs, cursor = await request.app[STORE].list_jobs(
@@ -113,7 +93,7 @@ async def get_events(request: web.Request) -> web.Response:
 
 
 async def kill_job(request: web.Request) -> web.Response:
-    remove = _flag(request, "rm")
+    remove = query_flag(request, "rm")
     job = await request.app[MANAGER].kill(request[IDENTITY], request.match_info["name"], remove=remove)
     if job is None:
         return web.Response(status=204)
@@ -131,7 +111,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
     for role in request.query.getall("role", []):
         if role.lower() not in ROLES:
             message = f"{role[:40]!r} is not a role; use pserver or trainer"
-            raise errors.BAD_REQUEST(f"role: {message}", errors=[{"field": "role", "message": message}])
+            raise query_problem("role", message)
         roles.add(ROLES[role.lower()])
     workers = set(request.query.getall("worker", []))
     known = {w.name for w in await manager.backend.workers(job)} | ({BUILD} if job.build_id else set())
@@ -141,8 +121,8 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         message = f"job {job.name!r} has no worker {unknown[0][:60]!r}; its workers: {names}"
         raise errors.NOT_FOUND(message, errors=[{"field": "worker", "message": message}])
     query = LogQuery(
-        tail=_int(request, "tail", None, 0, 10_000_000),
-        follow=_flag(request, "follow"),
+        tail=query_int(request, "tail", 0, 10_000_000),
+        follow=query_flag(request, "follow"),
         roles=roles,
         workers=workers,
         cursor=request.query.get("cursor") or None,

@@ -167,6 +167,9 @@ class Backend(abc.ABC):
         """The job's log lines in batches, as they become available; BadCursor for a
         cursor that is not ours."""
 
+    def forget(self, job: Job) -> None:  # noqa: B027 - a backend that caches nothing has nothing to drop
+        """Drop whatever the backend cached about a job that is now final."""
+
     @abc.abstractmethod
     async def remove(self, job: Job) -> None:
         """Forget the job's files or objects; it is already final."""

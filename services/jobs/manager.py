@@ -177,13 +177,11 @@ class JobManager:
         if spec.datacenter is not None and spec.datacenter != self._datacenter:
             message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
             raise field_problem("datacenter", message)
-        home = self.home(owner)
         package = self._resolve(identity, "package", spec.package, write=False)
-        output_text = spec.output or f"{home}/jobs/{spec.name}/output"
-        output = self._check_path(identity, "output", output_text, write=True)
+        output = self._resolve(identity, "output", self._output(spec, owner), write=True)
         input_path = None
         if spec.input is not None:
-            input_path = self._check_path(identity, "input", spec.input, write=False)
+            input_path = self._resolve(identity, "input", spec.input, write=False)
             await asyncio.to_thread(self._must_exist, "input", input_path)
         lock = self._submit_locks.setdefault(owner, asyncio.Lock())
         async with lock:  # one submit per user at a time, so two cannot both fit the quota
@@ -239,16 +237,7 @@ class JobManager:
         if spec.image is not None:
             note = "the local backend runs jobs with its own Python"
             await self._event(job, "notice", "ImageIgnored", note)
-        launch = Launch(
-            job=job,
-            spec=spec,
-            datacenter=self._datacenter,
-            pfs_home=home,
-            output=output.text,
-            package=package.text,
-            package_kind=package_kind or "dir",
-            input=None if input_path is None else input_path.text,
-        )
+        launch = self._launch(job, spec, package_kind or "dir")
         if requirements is not None:
             return job_view(await self._build_then_start(identity, launch, requirements))
         return job_view(await self._start(launch))
@@ -379,23 +368,30 @@ class JobManager:
         await asyncio.gather(*self._build_tasks, return_exceptions=True)
 
     def _launch_for(self, job: Job) -> Launch:
-        """The launch of a recorded job, its paths resolved again (after a restart)."""
+        """The launch of a recorded job, its package looked at again (after a restart)."""
         spec = JobSpec.model_validate(job.spec)
-        home = self.home(job.owner)
+        package = self._resolve(Identity(job.owner), "package", spec.package, write=False)
+        return self._launch(job, spec, self._check_package(package))
+
+    def _launch(self, job: Job, spec: JobSpec, package_kind: str) -> Launch:
+        """What the backend needs to run a job whose spec's paths were checked at submit."""
         owner = Identity(job.owner)
         package = self._resolve(owner, "package", spec.package, write=False)
-        output = self._resolve(owner, "output", spec.output or f"{home}/jobs/{spec.name}/output", write=True)
+        output = self._resolve(owner, "output", self._output(spec, job.owner), write=True)
         input_path = None if spec.input is None else self._resolve(owner, "input", spec.input, write=False)
         return Launch(
             job=job,
             spec=spec,
             datacenter=self._datacenter,
-            pfs_home=home,
+            pfs_home=self.home(job.owner),
             output=output.text,
             package=package.text,
-            package_kind=self._check_package(package),
+            package_kind=package_kind,
             input=None if input_path is None else input_path.text,
         )
+
+    def _output(self, spec: JobSpec, owner: str) -> str:
+        return spec.output or f"{self.home(owner)}/jobs/{spec.name}/output"
 
     def _resolve(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
         if not text.startswith("/"):
@@ -406,9 +402,6 @@ class JobManager:
         except errors.ProblemError as exc:
             raise field_problem(field, exc.detail) from None
         return path
-
-    def _check_path(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
-        return self._resolve(identity, field, text, write=write)
 
     def _must_exist(self, field: str, path: PfsPath) -> os.stat_result:
         try:
@@ -593,9 +586,7 @@ class JobManager:
         self._active.pop(job.id, None)
         self._seen_events.pop(job.id, None)
         self._job_locks.pop(job.id, None)
-        forget = getattr(self._backend, "forget", None)
-        if forget is not None:
-            forget(job)
+        self._backend.forget(job)
 
     async def _reconcile_locked(self, job: Job) -> None:
         current = self._active.get(job.id) or await self._store.get_job_by_id(job.id)

@@ -9,13 +9,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from paddlecloud.jobs.local.backend import free_ports
 from paddlecloud.jobs.local.plan import build_plan
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the DDP example cannot run here")
@@ -23,17 +23,6 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the DDP e
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp"
 DEADLINE = 120.0
 LOSS_LINE = re.compile(r"^epoch (\d+) rank (\d+) loss (\S+)$", re.MULTILINE)
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def losses(log: str, rank: int) -> list[float]:

@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 import pytest
 
+from paddlecloud.jobs.local.backend import free_ports
 from paddlecloud.jobs.local.plan import build_plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fit_a_line"
@@ -35,18 +36,6 @@ DEADLINE = 60.0
 LOSS_LINE = re.compile(r"^pass (\d+) trainer (\d+) loss (\S+)$", re.MULTILINE)
 # What a worker may inherit from the test's environment; the rest of it stays out.
 BASE_ENV = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out; held open together so they differ."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def make_package(tmp_path: Path) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,6 +24,7 @@ import psutil
 import pytest
 
 from paddlecloud.jobs.contract import PYTORCH_ENV, RESERVED_ENV
+from paddlecloud.jobs.local.backend import free_ports
 from paddlecloud.jobs.local.plan import Plan, build_plan
 
 GRACE = 1.0
@@ -83,18 +83,6 @@ MAIN = textwrap.dedent(
         time.sleep(600)
     """
 )
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out; held open together so they differ."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass

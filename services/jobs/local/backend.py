@@ -161,7 +161,7 @@ class LocalBackend(Backend):
         env = dict(spec.env)
         if input_path is not None:
             env["PADDLE_CLOUD_INPUT"] = input_path
-        ports = _free_ports(spec.pservers + spec.trainers + 1)
+        ports = free_ports(spec.pservers + spec.trainers + 1)
         plan = build_plan(
             job_name=spec.name,
             user=job.owner,
@@ -484,7 +484,7 @@ def _read_lines(path: Path, i: int, offsets: list[int], final: bool) -> tuple[li
     return lines, not whole
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """`count` distinct ports the kernel says are free now (bound and released together)."""
     sockets = []
     try:
