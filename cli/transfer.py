@@ -35,6 +35,7 @@ import stat
 import sys
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,8 +111,12 @@ def file_sha256(path: Path, on_bytes: Callable[[int], None] | None = None) -> st
 
 
 def chunk_checksum(data: bytes) -> str:
-    """An `Upload-Checksum` value: the algorithm, then the base64 digest (tus checksum extension)."""
-    return "sha256 " + base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+    """An `Upload-Checksum` value: the algorithm, then the base64 digest (tus checksum extension).
+
+    CRC-32, not sha256: it is there to catch a chunk damaged on the way, which it does at twice
+    sha256's speed on both ends of every chunk; the whole file's sha256 is the end-to-end check.
+    """
+    return "crc32 " + base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode("ascii")
 
 
 def encode_metadata(metadata: Mapping[str, str]) -> str:
@@ -126,8 +131,7 @@ class _ChunkReader:
 
     The chunk is held (rather than streamed from disk) because its checksum goes in the
     header before the body, and because bytes in hand can be resent after a 460 or a reset.
-    At most three are in memory: the one being sent, the next one read ahead, and the one
-    before, while it is added to the whole file's sha256.
+    At most two are in memory: the one being sent and the next one, read ahead.
     """
 
     def __init__(self, path: Path) -> None:
@@ -735,8 +739,9 @@ class Transfers:
         """PATCH the file from `offset` to its end.
 
         Returns the server's sha256 of the finished file (if it said) and the sha256 of
-        what was sent (None if `verify` is off), computed from the chunks in hand plus,
-        when resuming, the part sent before.
+        the file as it was read to be sent: the part sent before, when resuming, then each
+        chunk as it is read. None if `verify` is off, or if a recovery went on from an offset
+        other than where the reads had got to (the caller then hashes the file afresh).
         """
         server_sha: str | None = None
         bar = self.progress.file(task.label, size, offset)
@@ -745,27 +750,21 @@ class Transfers:
         hashed = offset  # `whole` covers the file's bytes before this offset
         ahead: tuple[int, asyncio.Task[tuple[bytes, str]]] | None = None
 
+        def read_and_hash(at: int, length: int) -> tuple[bytes, str]:
+            # A chunk joins the whole file's sha256 in the thread that reads it, while the
+            # chunk before is on its way, not when it is acknowledged: the CPU is then free
+            # for the next PATCH, when client, gateway and pfs all want it at once. Reads run
+            # one at a time and in order (below), so `hashed` has one writer at a time.
+            nonlocal hashed
+            data, checksum = reader.read(at, length)
+            if whole is not None and at == hashed:
+                whole.update(data)
+                hashed = at + len(data)
+            return data, checksum
+
         def read(at: int) -> asyncio.Task[tuple[bytes, str]]:
             length = min(self.chunk_size, size - at)
-            return asyncio.create_task(asyncio.to_thread(reader.read, at, length), name="pfs-read-ahead")
-
-        hashing: asyncio.Future[None] | None = None
-
-        async def acknowledged(at: int, data: bytes, upto: int) -> None:
-            # The acknowledged bytes join the whole file's sha256 in a thread, while the
-            # next chunk is already on its way; one update at a time, in order.
-            nonlocal hashed, whole, hashing
-            if whole is None:
-                return
-            if hashed == at and at <= upto <= at + len(data):
-                if hashing is not None:
-                    await hashing
-                hashing = asyncio.ensure_future(
-                    asyncio.to_thread(whole.update, memoryview(data)[: upto - at])
-                )
-                hashed = upto
-            elif upto > hashed:
-                whole = None  # a gap we did not see; hash the file at the end instead
+            return asyncio.create_task(asyncio.to_thread(read_and_hash, at, length), name="pfs-read-ahead")
 
         try:
             attempt = 0
@@ -797,7 +796,6 @@ class Transfers:
                     current = await self._recover(url, task, offset, exc, attempt)
                     if current > offset:
                         bar.update(current - offset)  # kept from the broken PATCH
-                        await acknowledged(offset, data, current)
                     offset = current
                     continue
                 if new_offset is None or not new_offset.isdigit() or int(new_offset) <= offset:
@@ -805,7 +803,6 @@ class Transfers:
                         f"{url}: the server acknowledged the chunk without a new Upload-Offset"
                     )
                 bar.update(int(new_offset) - offset)
-                await acknowledged(offset, data, int(new_offset))
                 offset = int(new_offset)
                 attempt = 0
                 self._chunk_done()
@@ -814,8 +811,6 @@ class Transfers:
                 # Not cancelled: that would not stop its thread, which could then read
                 # from the descriptor closed below. A read is short; let it finish.
                 await _settled(ahead[1])
-            if hashing is not None:
-                await _settled(hashing)
             reader.close()
             bar.close()
         sent = whole.hexdigest() if whole is not None and hashed == size else None

@@ -10,6 +10,7 @@ import base64
 import binascii
 import hashlib
 import re
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -27,8 +28,33 @@ EXTENSIONS = (
     "expiration",
 )
 OFFSET_OCTET_STREAM = "application/offset+octet-stream"
-# Per-chunk checksums (the checksum extension). tus requires sha1; sha256 is what the CLI sends.
-CHECKSUMS: dict[str, Callable[[], Any]] = {"sha1": hashlib.sha1, "sha256": hashlib.sha256}
+
+
+class Crc32:
+    """zlib's CRC-32 behind hashlib's interface. On the wire it is `crc32 <base64 of its four
+    big-endian bytes>`, as in S3's `x-amz-checksum-crc32` and tusd.
+
+    It catches damage in transit at 3.5 GB/s here, against 1.5 GB/s for sha256, which matters
+    on the critical path of every chunk; the whole file's sha256 stays the end-to-end check.
+    """
+
+    digest_size = 4
+
+    def __init__(self, value: int = 0) -> None:
+        self._value = value
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._value = zlib.crc32(data, self._value)
+
+    def digest(self) -> bytes:
+        return self._value.to_bytes(4, "big")
+
+    def copy(self) -> Crc32:
+        return Crc32(self._value)
+
+
+# Per-chunk checksums (the checksum extension). tus requires sha1; the CLI sends crc32.
+CHECKSUMS: dict[str, Callable[[], Any]] = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "crc32": Crc32}
 
 TUS_VERSION = errors.ErrorKind("ERR_TUS_VERSION", 412, "Unsupported tus version")
 BAD_HEADER = errors.ErrorKind("ERR_BAD_UPLOAD_HEADER", 400, "Bad tus header")

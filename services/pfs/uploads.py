@@ -62,7 +62,7 @@ GC_INTERVAL = 600.0
 LOCK_TIMEOUT = 30.0
 _ID = re.compile(r"^[A-Za-z0-9_-]{32}$")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-SYNC_EVERY = 64 * 1024 * 1024
+SYNC_EVERY = 4 * 1024 * 1024
 # Writeback of a PATCH's bytes is started every this many bytes (see staging._writeback).
 WRITEBACK_EVERY = 1024 * 1024
 # Received bytes are hashed in worker threads a batch of this size at a time; a chunk of
@@ -189,11 +189,14 @@ class Received:
 
 
 class _Syncer:
-    """fdatasync in the background every SYNC_EVERY bytes of a long PATCH.
+    """fdatasync in the background every SYNC_EVERY bytes of a PATCH, one at a time.
 
-    The kernel starts writing back only once a large share of memory is dirty, so a
-    multi-GB chunk would otherwise leave all of it to the final fsync; syncing as it
-    goes keeps the disk busy meanwhile and that final wait short.
+    An fdatasync costs in proportion to what was written since the one before, even where
+    writeback has already been done (the disk's write cache is flushed too): here 14 ms
+    after 16 MiB written back, 0.1 ms after 4 KiB. Syncing as the body arrives leaves the
+    fdatasync that the 204 waits for only the last few MiB. In bench/pfs's CLI upload, 4 MiB
+    was about 4% faster than syncing only at the end of each 16 MiB chunk; 2 and 8 MiB did as
+    well as 4.
     """
 
     def __init__(self, fd: int) -> None:

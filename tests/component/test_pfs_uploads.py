@@ -14,6 +14,7 @@ import os
 import random
 import subprocess
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -60,7 +61,11 @@ def sha256(data: bytes) -> str:
 
 
 def checksum(algorithm: str, data: bytes) -> str:
-    return f"{algorithm} {base64.b64encode(hashlib.new(algorithm, data).digest()).decode()}"
+    if algorithm == "crc32":
+        digest = zlib.crc32(data).to_bytes(4, "big")
+    else:
+        digest = hashlib.new(algorithm, data).digest()
+    return f"{algorithm} {base64.b64encode(digest).decode()}"
 
 
 @dataclass
@@ -208,7 +213,7 @@ async def test_options_advertises_the_protocol(platform: Platform) -> None:
             "expiration",
         }
         assert int(resp.headers["Tus-Max-Size"]) == platform.config.pfs.max_upload_size
-        assert resp.headers["Tus-Checksum-Algorithm"].split(",") == ["sha1", "sha256"]
+        assert resp.headers["Tus-Checksum-Algorithm"].split(",") == ["sha1", "sha256", "crc32"]
 
 
 @pytest.mark.parametrize("version", [None, "0.2.2", "1.0.0, 0.2.2", ""])
@@ -472,7 +477,7 @@ async def test_a_completed_upload_answers_a_retried_last_patch(platform: Platfor
 # Checksums and limits -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithm", ["sha1", "sha256"])
+@pytest.mark.parametrize("algorithm", ["sha1", "sha256", "crc32"])
 async def test_chunk_checksums(platform: Platform, algorithm: str) -> None:
     alice = await platform.user("alice")
     url = await platform.new_upload(alice, "/pfs/dc1/home/alice/c.bin", 20)
@@ -533,6 +538,8 @@ async def test_chunks_longer_than_a_hash_batch(platform: Platform, monkeypatch: 
         ("SHA1 " + base64.b64encode(bytes(20)).decode(), 400, "ERR_CHECKSUM_ALGORITHM"),
         ("sha1 not-base64", 400, "ERR_BAD_UPLOAD_HEADER"),
         ("sha256 " + base64.b64encode(b"short").decode(), 400, "ERR_BAD_UPLOAD_HEADER"),
+        ("crc32 " + base64.b64encode(bytes(8)).decode(), 400, "ERR_BAD_UPLOAD_HEADER"),
+        ("CRC32 " + base64.b64encode(bytes(4)).decode(), 400, "ERR_CHECKSUM_ALGORITHM"),
     ],
 )
 async def test_bad_checksum_headers_are_400(platform: Platform, value: str, status: int, code: str) -> None:
@@ -541,7 +548,7 @@ async def test_bad_checksum_headers_are_400(platform: Platform, value: str, stat
     resp = await platform.patch(alice, url, 0, b"x", **{"Upload-Checksum": value})
     body = await problem(resp, status, code)
     if code == "ERR_CHECKSUM_ALGORITHM":
-        assert resp.headers["Tus-Checksum-Algorithm"] == "sha1,sha256"
+        assert resp.headers["Tus-Checksum-Algorithm"] == "sha1,sha256,crc32"
     assert body["detail"]
     assert await platform.offset(alice, url) == 0
 

@@ -218,8 +218,9 @@ def test_tus_metadata_and_chunk_checksums() -> None:
     assert encode_metadata({"path": "/pfs/dc1/home/alice/a b", "overwrite": "1"}) == (
         "path L3Bmcy9kYzEvaG9tZS9hbGljZS9hIGI=,overwrite MQ=="
     )
-    # sha256 of b"abc", base64 (the tus checksum extension's encoding, not hex).
-    assert chunk_checksum(b"abc") == "sha256 ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0="
+    # CRC-32 (IEEE) of b"abc" is 0x352441C2; on the wire its four big-endian bytes in base64
+    # (the tus checksum extension's encoding, not hex).
+    assert chunk_checksum(b"abc") == "crc32 NSRBwg=="
 
 
 def test_the_test_hook_is_only_read_from_the_environment_given() -> None:

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import secrets
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,6 +57,10 @@ class FakePfs:
         self.patches = 0
         self.received = 0  # bytes of PATCH bodies accepted
         self.fail_patch: dict[int, int] = {}  # PATCH number (1-based) -> status to answer instead
+        self.damage_patch: set[int] = set()  # PATCH numbers whose body arrives with one bit flipped
+        # PATCH number -> bytes of its body kept before the connection "breaks" (a 503): tus
+        # servers keep what arrived, and the client learns how much from a HEAD.
+        self.cut_patch: dict[int, int] = {}
         self.gets: list[dict[str, str]] = []
 
     def local(self, path: str) -> Path:
@@ -167,14 +172,21 @@ class FakePfs:
         if upload is None:
             return web.Response(status=404)
         body = await request.read()
+        if self.patches in self.damage_patch and body:
+            body = bytes([body[0] ^ 1]) + body[1:]
         injected = self.fail_patch.pop(self.patches, None)
         if injected is not None:
             return problem(injected, f"injected failure of PATCH {self.patches}")
         if int(request.headers["Upload-Offset"]) != len(upload.data):
             return problem(409, "mismatched offset")
+        kept = self.cut_patch.pop(self.patches, None)
+        if kept is not None:
+            upload.data += body[:kept]
+            self.received += kept
+            return problem(503, f"PATCH {self.patches} broke after {kept} bytes")
         algorithm, _, digest = request.headers["Upload-Checksum"].partition(" ")
-        assert algorithm == "sha256"
-        if base64.b64decode(digest) != hashlib.sha256(body).digest():
+        assert algorithm == "crc32"
+        if base64.b64decode(digest) != zlib.crc32(body).to_bytes(4, "big"):
             return problem(460, "checksum mismatch")
         upload.data += body
         self.received += len(body)
@@ -299,11 +311,26 @@ async def test_an_interrupted_upload_resumes_without_resending_acknowledged_byte
 async def test_retries_a_damaged_chunk_and_a_server_hiccup(rig: Rig, tmp_path: Path) -> None:
     local = tmp_path / "a.bin"
     local.write_bytes(os.urandom(3 * CHUNK))
-    rig.pfs.fail_patch.update({2: 460, 3: 503})
+    rig.pfs.damage_patch.add(2)  # the chunk's own CRC-32 gives it away: 460, sent again
+    rig.pfs.fail_patch[3] = 503
     report = await rig.transfers().upload([local], f"{HOME}/a.bin")
     assert report.files[0].status == "uploaded"
     assert (rig.pfs.root / "home/alice/a.bin").read_bytes() == local.read_bytes()
     assert rig.out.getvalue().count("retrying a.bin") == 2
+
+
+async def test_a_chunk_cut_short_goes_on_from_where_the_server_got_to(rig: Rig, tmp_path: Path) -> None:
+    # The client has already hashed the chunks it read ahead; going on from the middle of
+    # one, it must not count any byte twice or miss one in the whole file's sha256.
+    local = tmp_path / "a.bin"
+    data = os.urandom(3 * CHUNK + 5)
+    local.write_bytes(data)
+    rig.pfs.cut_patch[2] = CHUNK // 3
+    report = await rig.transfers().upload([local], f"{HOME}/a.bin")
+    assert report.files[0].status == "uploaded", report.files[0].error
+    assert report.files[0].sha256 == hashlib.sha256(data).hexdigest()
+    assert (rig.pfs.root / "home/alice/a.bin").read_bytes() == data
+    assert rig.pfs.received == len(data)  # nothing sent twice that the server had kept
 
 
 async def test_an_expired_upload_starts_over(rig: Rig, tmp_path: Path) -> None:
