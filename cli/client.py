@@ -86,6 +86,40 @@ class TokenSlot(Protocol):
     def clear(self) -> None: ...
 
 
+# Request bodies longer than this are written a slice at a time (see _SlicedBody).
+BODY_SLICE = 1024 * 1024
+
+
+class _SlicedBody(aiohttp.payload.Payload):
+    """A bytes body written to the connection a slice at a time, each a view of the bytes.
+
+    Handed bytes, aiohttp joins the headers and the whole body into one new object (Python
+    3.11's `transport.writelines` does), and the transport then copies what the socket did
+    not take at once: two copies of every 16 MiB upload chunk, in the event loop, just when
+    gateway and pfs wait for that chunk. In bench/pfs uploads were about 5% faster sliced.
+    The bytes do not change, so the body can be sent again (the retry after a 401).
+    """
+
+    _value: bytes
+
+    def __init__(self, value: bytes) -> None:
+        super().__init__(value, content_type="application/octet-stream")
+        self._size = len(value)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self._value.decode(encoding, errors)
+
+    async def write(self, writer: aiohttp.abc.AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(
+        self, writer: aiohttp.abc.AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        view = memoryview(self._value)[:content_length]
+        for at in range(0, len(view), BODY_SLICE):
+            await writer.write(view[at : at + BODY_SLICE])
+
+
 class AsyncClient:
     """A client for one gateway endpoint and one user.
 
@@ -648,7 +682,8 @@ class AsyncClient:
             if json is not _UNSET:
                 kwargs["json"] = json
             if data is not None:
-                kwargs["data"] = data
+                sliced = isinstance(data, bytes) and len(data) > BODY_SLICE
+                kwargs["data"] = _SlicedBody(data) if sliced else data
             if client_timeout is not None:
                 # aiohttp's own timeouts, not asyncio.timeout: a log follow must lift the
                 # per-read limit (sock_read) yet keep the connect one, which no deadline expresses.

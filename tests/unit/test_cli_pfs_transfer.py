@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from paddlecloud import transfer
-from paddlecloud.client import AsyncClient
+from paddlecloud.client import BODY_SLICE, AsyncClient
 from paddlecloud.errors import ApiError
 from paddlecloud.progress import Progress
 from paddlecloud.transfer import PART_SUFFIX, ResumeState, TransferError, Transfers
@@ -80,7 +80,7 @@ class FakePfs:
         }
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         prefix = "/api/v1/pfs"
         app.router.add_get(f"{prefix}/stat", self.stat)
         app.router.add_get(f"{prefix}/ls", self.ls)
@@ -317,6 +317,19 @@ async def test_retries_a_damaged_chunk_and_a_server_hiccup(rig: Rig, tmp_path: P
     assert report.files[0].status == "uploaded"
     assert (rig.pfs.root / "home/alice/a.bin").read_bytes() == local.read_bytes()
     assert rig.out.getvalue().count("retrying a.bin") == 2
+
+
+async def test_chunks_over_a_mib_arrive_whole_and_can_be_sent_again(rig: Rig, tmp_path: Path) -> None:
+    # Bodies over client.BODY_SLICE are written a view at a time: every byte must arrive
+    # once and in order, and a chunk refused for damage is sent again from the same bytes.
+    local = tmp_path / "big.bin"
+    data = os.urandom(5 * BODY_SLICE + 11)
+    local.write_bytes(data)
+    rig.pfs.damage_patch.add(2)
+    report = await rig.transfers(chunk_size=2 * BODY_SLICE + 3).upload([local], f"{HOME}/big.bin")
+    assert report.files[0].status == "uploaded", report.files[0].error
+    assert (rig.pfs.root / "home/alice/big.bin").read_bytes() == data
+    assert rig.pfs.received == len(data) and rig.pfs.patches == 4
 
 
 async def test_a_chunk_cut_short_goes_on_from_where_the_server_got_to(rig: Rig, tmp_path: Path) -> None:
