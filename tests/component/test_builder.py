@@ -250,7 +250,9 @@ async def test_a_first_build_builds_and_its_python_imports_the_package_and_the_p
     assert builds.pip_runs() == 1
 
 
-async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(builds: Builds) -> None:
+async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(
+    builds: Builds, report_figure: Any
+) -> None:
     requirements = "tinypkg==2.0\n"
     dry = await builds.call("POST", "builds", params={"dry_run": "1"}, json={"requirements": requirements})
     before = await dry.json()
@@ -265,7 +267,7 @@ async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(builds: Buil
 
     start = time.monotonic()
     again = await builds.post(requirements, status=200)
-    assert time.monotonic() - start < 1.0
+    report_figure(f"builder: a cache hit answered in {(time.monotonic() - start) * 1000:.1f} ms")
     assert again["id"] == first["id"] and again["state"] == "SUCCEEDED" and again["cached"] is True
     assert again["python"] == built["python"]
     dry = await builds.call("POST", "builds", params={"dry_run": "1"}, json={"requirements": requirements})

@@ -296,14 +296,12 @@ def test_sigterm_to_the_supervisor_kills_the_job(start_job: Callable[..., Job]) 
         what="both trainers running",
     )
     assert job.state()["state"] == "RUNNING"
-    started = time.monotonic()
     job.proc.send_signal(signal.SIGTERM)
     assert job.wait(timeout=GRACE + 10) == 1
     state = job.state()
     assert state["state"] == "KILLED"
     assert {w["state"] for w in state["workers"]} == {"KILLED"}
     assert_all_gone(job.pids())
-    assert time.monotonic() - started < GRACE + 10
 
 
 def test_a_pserver_ignoring_sigterm_is_sigkilled_after_the_grace(start_job: Callable[..., Job]) -> None:
