@@ -180,6 +180,8 @@ def main() -> int:
             "--dry-run",
             str(EXAMPLE.relative_to(ROOT)),
         )
+        # Packages are named by their sha256 under the home, beside the data set.
+        run("ls", "pfs:.paddlecloud/packages")
 
         step("A job whose package has a requirements.txt: its environment is built once, then reused")
         run("submit", "--job-name", "hello-requirements", "--follow", "examples/hello_requirements")
