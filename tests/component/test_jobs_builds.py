@@ -180,3 +180,33 @@ async def test_two_jobs_submitted_together_share_one_build(platform: Platform) -
     assert len(builds) == 1, builds  # one build id for both
     published = list((platform.builder_dir / "builder" / "envs").iterdir())
     assert len(published) == 1
+
+
+async def test_a_job_killed_while_it_builds_never_runs_and_its_build_is_kept_for_the_next(
+    platform: Platform,
+) -> None:
+    # A build may serve every job with the same requirements, so a kill does not stop it: the
+    # job is KILLED at once and none of it runs; the environment is built and cached all the same.
+    package = platform.package("early", "tinypkg==2.0\n")
+    submitted = await platform.submit({"name": "early", "package": package})
+    assert submitted["state"] == "BUILDING", submitted
+    resp = await platform.client.delete("/api/v1/jobs/early", headers=platform.headers)
+    killed = await resp.json()
+    assert resp.status == 200 and killed["state"] == "KILLED", killed
+    deadline = time.monotonic() + 120
+    while not (await platform.submit({"name": "later", "package": package}, status=200, dry_run="1"))[
+        "build"
+    ]["cached"]:
+        assert time.monotonic() < deadline, "the build of the killed job never finished"
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.3)  # several reconcile rounds after the build: nothing may start now
+    job = await platform.job("early")
+    assert job["state"] == "KILLED"
+    assert [e["state"] for e in job["events"] if e["type"] == "state"] == ["PENDING", "BUILDING", "KILLED"]
+    assert "[trainer-0]" not in await platform.logs("early")
+    await platform.submit({"name": "later", "package": package})
+    later = await platform.wait("later")
+    assert later["state"] == "SUCCEEDED", later["reason"]
+    assert any(
+        e["reason"] == "BuildRequested" and "a cached environment" in e["message"] for e in later["events"]
+    )
