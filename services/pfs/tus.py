@@ -32,7 +32,7 @@ OFFSET_OCTET_STREAM = "application/offset+octet-stream"
 
 class Crc32:
     """zlib's CRC-32 behind hashlib's interface. On the wire it is `crc32 <base64 of its four
-    big-endian bytes>`, as in S3's `x-amz-checksum-crc32` and tusd.
+    big-endian bytes>`, as in S3's `x-amz-checksum-crc32`.
 
     It catches damage in transit at 3.5 GB/s here, against 1.5 GB/s for sha256, which matters
     on the critical path of every chunk; the whole file's sha256 stays the end-to-end check.
