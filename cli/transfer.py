@@ -38,6 +38,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
@@ -52,12 +53,12 @@ if TYPE_CHECKING:
     from .client import AsyncClient
 
 # Each PATCH costs a round trip through the gateway and an fdatasync on the server
-# whatever its size; 16 MiB measured fastest here (8 MiB: 10% slower, 32 MiB: 10% slower
-# as the server's work after the last byte grows). An upload holds up to three chunks.
+# whatever its size; 16 MiB measured fastest here (8 and 32 MiB slower: more round trips,
+# or a longer tail of hashing and syncing after the last byte). An upload holds two chunks.
 CHUNK_SIZE = 16 * 1024 * 1024
 READ_BLOCK = 1024 * 1024
-# A download's part file is handed to the disk every this many bytes, so the fsync
-# before the rename does not find the whole file still in memory.
+# A download's part file is fdatasynced in the background every this many bytes, so the
+# fsync before the rename does not find the whole file still in memory (see _PartWriter).
 WRITEBACK_EVERY = 8 * 1024 * 1024
 DEFAULT_JOBS = 4
 TUS_VERSION = "1.0.0"
@@ -148,7 +149,15 @@ class _ChunkReader:
 
 
 class _PartWriter:
-    """Appends a download to its part file, hashing what it writes."""
+    """Appends a download to its part file, hashing what it writes.
+
+    Every WRITEBACK_EVERY bytes the file is fdatasynced in a thread of its own, one sync at
+    a time, while the download goes on. Left alone, the kernel keeps the whole download dirty
+    in memory and the fsync in `finish` writes all of it then; an fdatasync also costs in
+    proportion to what was written since the last (the disk's write cache is flushed too).
+    Syncing as it goes made a 1 GiB download about 1.4x faster here (bench/pfs); asking the
+    kernel to start writeback (POSIX_FADV_DONTNEED) did little for that last fsync.
+    """
 
     def __init__(self, path: Path, start: int, digest: Any) -> None:
         self.path = path
@@ -157,28 +166,31 @@ class _PartWriter:
         self._file.truncate(start)
         self._file.seek(start)
         self.size = start
-        self._written_back = start
+        self._synced_at = start
+        self._syncer: ThreadPoolExecutor | None = None
+        self._sync: Future[None] | None = None
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
         self.digest.update(data)
         self.size += len(data)
-        if self.size - self._written_back >= WRITEBACK_EVERY:
-            self._start_writeback()
+        if self.size - self._synced_at >= WRITEBACK_EVERY and (self._sync is None or self._sync.done()):
+            self._sync_in_background()
 
-    def _start_writeback(self) -> None:
-        # POSIX_FADV_DONTNEED starts writing the range's dirty pages back without waiting
-        # (it drops only pages already clean). Left alone, the kernel would keep the whole
-        # download dirty in memory and the fsync in `finish` would write all of it then.
+    def _sync_in_background(self) -> None:
+        if self._sync is not None:
+            self._sync.result()  # an error of the last one is this download's error
         self._file.flush()
-        if _FADVISE is not None:
-            _FADVISE(
-                self._file.fileno(),
-                self._written_back,
-                self.size - self._written_back,
-                os.POSIX_FADV_DONTNEED,
-            )
-        self._written_back = self.size
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="pfs-download-sync")
+        self._sync = self._syncer.submit(os.fdatasync, self._file.fileno())
+        self._synced_at = self.size
+
+    def _settle(self) -> None:
+        """Wait for the background sync, if any, and let its thread go."""
+        if self._syncer is not None:
+            self._syncer.shutdown(wait=True)
+            self._syncer = None
 
     def flush(self) -> None:
         self._file.flush()
@@ -186,14 +198,15 @@ class _PartWriter:
     def finish(self) -> None:
         """Durable before the rename that publishes it (STYLE §11)."""
         self._file.flush()
+        self._settle()
+        if self._sync is not None:
+            self._sync.result()
         os.fsync(self._file.fileno())
         self._file.close()
 
     def close(self) -> None:
+        self._settle()  # never close the descriptor under a sync still using it
         self._file.close()
-
-
-_FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS
 
 
 async def _settled(task: asyncio.Future[Any]) -> None:
