@@ -436,3 +436,33 @@ async def test_an_interrupted_download_resumes_with_if_range(rig: Rig, tmp_path:
     report = await rig.transfers().download([f"{HOME}/big.bin"], dest)
     assert report.files[0].resumed_from is None and dest.read_bytes() == data
     assert "changed on PFS since the last attempt; starting over" in rig.out.getvalue()
+
+
+async def test_a_download_synced_as_it_goes_arrives_whole_and_a_failed_sync_fails_it(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The part file is fdatasynced in the background every WRITEBACK_EVERY bytes: the bytes
+    # must all arrive, and a sync that fails (EIO) must fail the download, not publish it.
+    monkeypatch.setattr(transfer, "WRITEBACK_EVERY", 4 * CHUNK)
+    data = os.urandom(50 * CHUNK + 7)
+    (rig.pfs.root / "home/alice/synced.bin").write_bytes(data)
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(transfer.os, "fdatasync", counting)
+    report = await rig.transfers().download([f"{HOME}/synced.bin"], tmp_path / "synced.bin")
+    assert report.files[0].status == "downloaded", report.files[0].error
+    assert (tmp_path / "synced.bin").read_bytes() == data
+    assert synced  # at least one background sync ran before the final fsync
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(transfer.os, "fdatasync", failing)
+    with pytest.raises(TransferError, match=r"synced\.bin: Input/output error"):
+        await rig.transfers().download([f"{HOME}/synced.bin"], tmp_path / "failed.bin")
+    assert not (tmp_path / "failed.bin").exists()
