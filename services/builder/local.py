@@ -51,7 +51,7 @@ from typing import BinaryIO
 import structlog
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.logstream import BadCursor, tail_offset
+from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 
 from .backend import (
     BaseRefused,
@@ -69,8 +69,6 @@ log = structlog.get_logger(__name__)
 META = "paddlecloud-env.json"
 LAST_USED = "paddlecloud-last-used"
 PLATFORM_PTH = "_paddlecloud_platform.pth"
-LOG_READ_SIZE = 64 * 1024  # a longer line without a newline is cut into pieces of this size
-LOG_BATCH_SIZE = 4 * 1024 * 1024
 REASON_LINES = 3
 REASON_CHARS = 2000
 # What pip may see of the service's environment: enough to reach an index through the
@@ -528,30 +526,11 @@ def _decode_cursor(cursor: str) -> int:
 
 
 def _read_lines(path: Path, offset: int, final: bool) -> tuple[list[LogLine], int, bool]:
-    """Whole lines from `offset` on, the offset after them, and whether more than one
-    batch was waiting. A last line without its newline waits unless the build is final."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(LOG_BATCH_SIZE)
-    except FileNotFoundError:
-        return [], offset, False
-    whole = len(data) < LOG_BATCH_SIZE
-    lines: list[LogLine] = []
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start, start + LOG_READ_SIZE)
-        if end < 0:
-            if len(data) - start >= LOG_READ_SIZE:
-                end = start + LOG_READ_SIZE - 1  # an endless line, cut
-            elif final and whole:
-                end = len(data) - 1
-            else:
-                break
-            piece = data[start : end + 1]
-        else:
-            piece = data[start:end]
-        offset += end + 1 - start
-        start = end + 1
-        lines.append(LogLine(piece.decode("utf-8", errors="replace"), _encode_cursor(offset)))
-    return lines, offset, not whole
+    """Whole lines from `offset` on, each with the cursor just past it, the offset after
+    them, and whether more than one batch was waiting (see logstream.read_lines)."""
+    read, more = read_lines(path, offset, final)
+    lines = []
+    for text, size in read:
+        offset += size
+        lines.append(LogLine(text, _encode_cursor(offset)))
+    return lines, offset, more

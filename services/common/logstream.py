@@ -15,6 +15,10 @@ NDJSON = "application/x-ndjson"
 BAD_CURSOR = errors.ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
 
 Line = TypeVar("Line")
+# A longer line without a newline is cut into pieces of this size.
+LOG_READ_SIZE = 64 * 1024
+# At most this much of a log is read at a time.
+LOG_BATCH_SIZE = 4 * 1024 * 1024
 
 
 class BadCursor(ValueError):
@@ -47,6 +51,39 @@ def tail_offset(path: Path, lines: int) -> int:
             return 0
     except FileNotFoundError:
         return 0
+
+
+def read_lines(path: Path, offset: int, final: bool) -> tuple[list[tuple[str, int]], bool]:
+    """Whole lines of a log file from `offset` on, each with the bytes it takes in the file,
+    and whether more than one batch was waiting.
+
+    A line longer than LOG_READ_SIZE comes in pieces of that size; a last line without its
+    newline waits for more unless the log is `final`. A missing file has no lines yet.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_BATCH_SIZE)
+    except FileNotFoundError:
+        return [], False
+    lines: list[tuple[str, int]] = []
+    start = 0
+    whole = len(data) < LOG_BATCH_SIZE  # the file's end is in this batch
+    while start < len(data):
+        end = data.find(b"\n", start, start + LOG_READ_SIZE)
+        if end < 0:
+            if len(data) - start >= LOG_READ_SIZE:
+                end = start + LOG_READ_SIZE - 1  # an endless line, cut
+            elif final and whole:
+                end = len(data) - 1
+            else:
+                break
+            piece = data[start : end + 1]
+        else:
+            piece = data[start:end]
+        lines.append((piece.decode("utf-8", errors="replace"), end + 1 - start))
+        start = end + 1
+    return lines, not whole
 
 
 async def stream_lines(

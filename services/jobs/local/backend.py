@@ -36,7 +36,7 @@ from typing import Any
 import structlog
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.logstream import BadCursor, tail_offset
+from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES
 from paddlecloud.pfs.paths import PfsPath, Root, parse_path
@@ -55,7 +55,6 @@ from .plan import Mount, Plan, build_plan
 log = structlog.get_logger(__name__)
 
 PFS_MOUNT_BASE = "/pfs"
-LOG_READ_SIZE = 64 * 1024  # a longer line without a newline is cut into pieces of this size
 SUPERVISOR_MODULE = "paddlecloud.jobs.local.supervisor"
 
 
@@ -412,7 +411,8 @@ class LocalBackend(Backend):
             for i in wanted:
                 path = job_dir / "logs" / f"{names[i]}.log"
                 start = offsets[i]
-                lines, truncated = _read_lines(path, i, offsets, final)
+                lines, truncated = read_lines(path, start, final)
+                offsets[i] += sum(size for _, size in lines)
                 more = more or truncated
                 if lines:
                     yield _with_cursors(names[i], lines, offsets, i, start)
@@ -436,9 +436,6 @@ class LocalBackend(Backend):
             await asyncio.to_thread(shutil.rmtree, job_dir, True)
 
 
-LOG_BATCH_SIZE = 4 * 1024 * 1024
-
-
 def _with_cursors(
     worker: str, lines: list[tuple[str, int]], offsets: list[int], i: int, start: int
 ) -> list[LogLine]:
@@ -450,38 +447,6 @@ def _with_cursors(
         position += size
         result.append(LogLine(worker, text, f"{before}{position}{after}"))
     return result
-
-
-def _read_lines(path: Path, i: int, offsets: list[int], final: bool) -> tuple[list[tuple[str, int]], bool]:
-    """Whole lines of one worker's log from offsets[i] on (the offset moves past each),
-    and whether more than one batch was waiting.
-
-    A last line without its newline waits for more unless the job is final."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offsets[i])
-            data = f.read(LOG_BATCH_SIZE)
-    except FileNotFoundError:
-        return [], False
-    lines: list[tuple[str, int]] = []
-    start = 0
-    whole = len(data) < LOG_BATCH_SIZE  # the file's end is in this batch
-    while start < len(data):
-        end = data.find(b"\n", start, start + LOG_READ_SIZE)
-        if end < 0:
-            if len(data) - start >= LOG_READ_SIZE:
-                end = start + LOG_READ_SIZE - 1  # an endless line, cut
-            elif final and whole:
-                end = len(data) - 1
-            else:
-                break
-            piece, step = data[start : end + 1], end + 1
-        else:
-            piece, step = data[start:end], end + 1
-        lines.append((piece.decode("utf-8", errors="replace"), step - start))
-        offsets[i] += step - start
-        start = step
-    return lines, not whole
 
 
 def free_ports(count: int) -> list[int]:
