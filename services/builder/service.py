@@ -34,14 +34,15 @@ import structlog
 
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
+from paddlecloud.common.errors import field_problem
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.store import Build, Store
 from paddlecloud.common.store.models import ACTIVE_STATES, FAILED, PENDING, RUNNING, SUCCEEDED, utcnow
 from paddlecloud.common.web import validate
-from paddlecloud.pfs.paths import authorize, parse_path
+from paddlecloud.pfs.paths import resolve_for
 
 from .backend import BaseRefused, BuildBackend, BuildRequest, LogLine, LogQuery, Outcome
-from .spec import BuildSpec, cache_key, check_requirements, field_problem
+from .spec import BuildSpec, cache_key, check_requirements
 
 log = structlog.get_logger(__name__)
 
@@ -229,14 +230,10 @@ class Builder:
         """The package's PFS path, made absolute and checked to be the caller's to read."""
         if text is None:
             return None
-        if not text.startswith("/"):
-            text = f"/pfs/{self._datacenter}/home/{identity.user}/{text}"
         try:
-            path = parse_path(text, self._datacenter)
-            authorize(path, identity, write=False)
+            return resolve_for(identity, text, self._datacenter, write=False).text
         except errors.ProblemError as exc:
             raise field_problem("package", exc.detail) from None
-        return path.text
 
     # -- reading ---------------------------------------------------------------------
 

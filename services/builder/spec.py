@@ -16,7 +16,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, StrictStr
 
-from paddlecloud.common import errors
+from paddlecloud.common.errors import field_problem
 
 # Options pip accepts on a line of their own that change only how names are resolved.
 GLOBAL_OPTIONS = frozenset({"--pre", "--prefer-binary", "--only-binary", "--no-binary", "--require-hashes"})
@@ -51,11 +51,6 @@ class BuildSpec(BaseModel):
     requirements: StrictStr
     base: StrictStr | None = None
     package: StrictStr | None = None
-
-
-def field_problem(field: str, message: str) -> errors.ProblemError:
-    """A 422 naming one field of the request."""
-    return errors.VALIDATION(f"{field}: {message}", errors=[{"field": field, "message": message}])
 
 
 def check_requirements(text: str, max_bytes: int) -> None:

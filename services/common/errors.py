@@ -110,6 +110,12 @@ UPSTREAM_UNAVAILABLE = ErrorKind("ERR_UPSTREAM_UNAVAILABLE", 503, "Service unava
 UPSTREAM_TIMEOUT = ErrorKind("ERR_UPSTREAM_TIMEOUT", 504, "Service did not answer in time")
 NOT_READY = ErrorKind("ERR_NOT_READY", 503, "Service not ready")
 
+
+def field_problem(field: str, message: str) -> ProblemError:
+    """A 422 naming one field of the request, in the detail and in its `errors` list."""
+    return VALIDATION(f"{field}: {message}", errors=[{"field": field, "message": message}])
+
+
 # aiohttp's own HTTP exceptions (unknown route, wrong method, body over client_max_size)
 # are rendered with these codes.
 HTTP_STATUS_KINDS: dict[int, ErrorKind] = {

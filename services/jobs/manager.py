@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from paddlecloud.builder.client import BuilderClient, BuilderError, BuilderUnavailable
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
+from paddlecloud.common.errors import field_problem
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli
 from paddlecloud.common.store import AlreadyExists, Job, Store
@@ -44,7 +45,7 @@ from paddlecloud.common.store.models import (
     utcnow,
 )
 from paddlecloud.common.web import validation_problem
-from paddlecloud.pfs.paths import PfsPath, Root, authorize, parse_path
+from paddlecloud.pfs.paths import PfsPath, Root, resolve_for
 from paddlecloud.pfs.usage import Usage
 
 from .backend import Backend, Launch, planned_workers
@@ -74,11 +75,6 @@ def _parse_time(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         return None
-
-
-def field_problem(field: str, message: str) -> errors.ProblemError:
-    """A 422 naming one field of the submitted spec."""
-    return errors.VALIDATION(f"{field}: {message}", errors=[{"field": field, "message": message}])
 
 
 def job_view(job: Job) -> dict[str, Any]:
@@ -394,14 +390,10 @@ class JobManager:
         return spec.output or f"{self.home(owner)}/jobs/{spec.name}/output"
 
     def _resolve(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
-        if not text.startswith("/"):
-            text = f"{self.home(identity.user)}/{text}"
         try:
-            path = parse_path(text, self._datacenter)
-            authorize(path, identity, write=write)
+            return resolve_for(identity, text, self._datacenter, write=write)
         except errors.ProblemError as exc:
             raise field_problem(field, exc.detail) from None
-        return path
 
     def _must_exist(self, field: str, path: PfsPath) -> os.stat_result:
         try:

@@ -154,6 +154,16 @@ def authorize(path: PfsPath, identity: Identity, *, write: bool) -> None:
         )
 
 
+def resolve_for(identity: Identity, text: str, datacenter: str, *, write: bool) -> PfsPath:
+    """A path a user names in a request (absolute, or relative to their home), parsed and
+    checked to be theirs to read, or to write: the problem says why not."""
+    if not text.startswith("/"):
+        text = f"/pfs/{datacenter}/home/{identity.user}/{text}"
+    path = parse_path(text, datacenter)
+    authorize(path, identity, write=write)
+    return path
+
+
 # openat2(2) -------------------------------------------------------------------
 
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(os.uname().machine)
