@@ -2,26 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp import web
 
+from paddlecloud.common import internal_auth
 from paddlecloud.common.config import Config, load_config
 from paddlecloud.common.keys import IDENTITY, REQUEST_ID
 from paddlecloud.common.web import create_base_app
 
 INTERNAL_SECRET = "test-internal-secret-0123456789abcdef"
+
+
+def signed(method: str, path_qs: str, user: str = "alice") -> dict[str, str]:
+    """Headers that let a test call a service directly, as the gateway would for `user`."""
+    request_id = secrets.token_hex(8)
+    return {
+        "X-Request-ID": request_id,
+        **internal_auth.sign(
+            INTERNAL_SECRET.encode(), internal_auth.Identity(user), request_id, method, path_qs
+        ),
+    }
+
+
+async def wait_until(check: Callable[[], bool], timeout: float) -> bool:
+    """Whether `check` holds within `timeout` seconds, asking every 50 ms."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        await asyncio.sleep(0.05)
+    return check()
+
+
 ADMIN_PASSWORD = "admin-password-for-tests"
 
 # Every spelling of leaving /pfs/dc1/home/alice that PFS must refuse as a bad path (400),

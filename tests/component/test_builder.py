@@ -11,7 +11,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -208,15 +208,6 @@ def pip_processes(work_dir: Path) -> list[psutil.Process]:
         if "pip" in cmdline and cmdline and cmdline[0].startswith(str(work_dir)):
             found.append(proc)
     return found
-
-
-async def wait_until(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
 
 
 # -- building and the cache ------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -16,18 +15,7 @@ import aiohttp
 import pytest
 from test_builder import SlowIndex, pip_processes
 
-from paddlecloud.common import internal_auth
-from support import INTERNAL_SECRET, ServiceProcess, make_wheel, write_config
-
-ALICE = internal_auth.Identity("alice")
-
-
-def signed(method: str, path_qs: str) -> dict[str, str]:
-    request_id = secrets.token_hex(8)
-    return {
-        "X-Request-ID": request_id,
-        **internal_auth.sign(INTERNAL_SECRET.encode(), ALICE, request_id, method, path_qs),
-    }
+from support import ServiceProcess, make_wheel, signed, write_config
 
 
 async def call(service: ServiceProcess, method: str, path_qs: str, **kwargs: Any) -> tuple[int, Any]:

@@ -10,7 +10,6 @@ import secrets
 import tarfile
 import time
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +27,7 @@ from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.jobs.app import create_app as create_jobs
 from paddlecloud.jobs.keys import MANAGER
-from support import make_config
+from support import make_config, wait_until
 
 API = "/api/v1"
 PROBLEM = "application/problem+json"
@@ -122,15 +121,6 @@ def job_processes(work_dir: Path) -> list[psutil.Process]:
         if str(work_dir) in text:
             found.append(proc)
     return found
-
-
-async def wait_until(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
 
 
 PSERVER_AND_TRAINER = """\

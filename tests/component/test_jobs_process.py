@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import signal
 import time
 from collections.abc import Iterator
@@ -15,11 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from paddlecloud.common import internal_auth
 from paddlecloud.common.store import User, open_store
-from support import INTERNAL_SECRET, ServiceProcess, write_config
-
-ALICE = internal_auth.Identity("alice")
+from support import ServiceProcess, signed, write_config
 
 
 @pytest.fixture
@@ -31,14 +27,6 @@ def service(tmp_path: Path) -> Iterator[ServiceProcess]:
         yield process
     finally:
         process.stop()
-
-
-def signed(method: str, path_qs: str) -> dict[str, str]:
-    request_id = secrets.token_hex(8)
-    return {
-        "X-Request-ID": request_id,
-        **internal_auth.sign(INTERNAL_SECRET.encode(), ALICE, request_id, method, path_qs),
-    }
 
 
 async def call(service: ServiceProcess, method: str, path_qs: str, **kwargs: Any) -> tuple[int, Any]:
