@@ -16,28 +16,25 @@ import asyncio
 import base64
 import hashlib
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import yaml
+
+from bench.platform import Platform as BasePlatform
 
 PACKAGES = 8
 MODULES_PER_PACKAGE = 200
 ROUNDS = 5
 HITS_PER_ROUND = 20
 POLL = 0.01
-CLI = [sys.executable, "-m", "paddlecloud"]
 
 
 def write_wheel(directory: Path, name: str, modules: int) -> None:
@@ -105,55 +102,12 @@ def by_hand(root: Path, wheelhouse: Path, text: str) -> float:
     return elapsed
 
 
-class Platform:
-    """`paddlecloud server` on a free port with its data under `root`."""
-
-    def __init__(self, root: Path, server_config: dict[str, Any]) -> None:
-        self.root = root
-        self.data = root / "data"
-        self.config = server_config
-        self.process: subprocess.Popen[str] | None = None
-        self.url = ""
-
-    @contextmanager
-    def running(self) -> Iterator[Platform]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "server.yaml"
-        config.write_text(yaml.safe_dump(self.config))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
-        env["HOME"] = str(self.root / "home")
-        (self.root / "home").mkdir(exist_ok=True)
-        with open(self.root / "server.stderr", "ab") as stderr:
-            self.process = subprocess.Popen(
-                [*CLI, "server", "--data-dir", str(self.data), "--port", "0", "--server-config", str(config)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        assert self.process.stdout is not None
-        try:
-            for line in self.process.stdout:
-                found = re.match(r"PaddleCloud is running at (\S+)", line)
-                if found:
-                    self.url = found[1]
-                if line.startswith("Press Ctrl-C"):
-                    break
-            if not self.url:
-                raise RuntimeError(f"the server did not start: {(self.root / 'server.stderr').read_text()}")
-            yield self
-        finally:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process.stdout.close()
+class Platform(BasePlatform):
+    """The server, and a session as its admin."""
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[tuple[aiohttp.ClientSession, dict[str, str]]]:
-        password = (self.data / "admin.password").read_text().strip()
+        password = self.admin_password()
         async with aiohttp.ClientSession() as session:
             body = {"username": "admin", "password": password}
             async with session.post(f"{self.url}/api/v1/auth/token", json=body) as resp:

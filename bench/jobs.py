@@ -30,24 +30,23 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 from pymongo import MongoClient
 
+from bench.platform import Platform as BasePlatform
 from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import ACTIVE_STATES, RUNNING
 from paddlecloud.jobs.spec import parse_submission
 
 DATACENTER = "datacenter1"
 PASSWORD = "bench-password"
-CLI = [sys.executable, "-m", "paddlecloud"]
 RUNS = 20  # submit → RUNNING samples, interleaved with as many baseline samples
 POLL_RUNS = 10  # the same with jobs.poll_seconds 0.02
 CLIENT_POLL = 0.01  # how often the client asks GET jobs/{name} while waiting for RUNNING
@@ -121,25 +120,8 @@ def iso_seconds(text: str) -> float:
 # --- the platform -------------------------------------------------------------------------------
 
 
-def clean_env(home: Path) -> dict[str, str]:
-    """This environment without PaddleCloud's variables, with this venv's `python` first on PATH
-    (as for a user whose venv is active): the jobs and the baselines run the same interpreter."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
-    env["HOME"] = str(home)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-class Platform:
-    """`paddlecloud server` on a free port with its data under `root`."""
-
-    def __init__(self, root: Path, server_config: dict[str, Any]) -> None:
-        self.root = root
-        self.data = root / "data"
-        self.env = clean_env(root / "home")
-        self.config = server_config
-        self.process: subprocess.Popen[str] | None = None
-        self.url = ""
+class Platform(BasePlatform):
+    """The server, and the bench's programs written into a user's PFS home."""
 
     def home(self, user: str) -> Path:
         return self.data / "pfs" / "home" / user
@@ -151,52 +133,6 @@ class Platform:
         (package / "up.py").write_text(UP)
         (package / "ticks.py").write_text(TICKS)
         return f"/pfs/{DATACENTER}/home/{user}/bench"
-
-    def start(self) -> None:
-        (self.root / "home").mkdir(parents=True, exist_ok=True)
-        config = self.root / "server.yaml"
-        config.write_text(yaml.safe_dump(self.config))
-        with open(self.root / "server.stderr", "ab") as stderr:
-            self.process = subprocess.Popen(
-                [*CLI, "server", "--data-dir", str(self.data), "--port", "0", "--server-config", str(config)],
-                env=self.env,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            found = re.match(r"PaddleCloud is running at (\S+)", line)
-            if found:
-                self.url = found[1]
-            if line.startswith("Press Ctrl-C"):
-                break
-        if not self.url:
-            self.stop()
-            raise RuntimeError(f"the server did not start: {(self.root / 'server.stderr').read_text()}")
-
-    def admin_password(self) -> str:
-        return (self.data / "admin.password").read_text().strip()
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
-    @contextmanager
-    def running(self) -> Iterator[Platform]:
-        self.start()
-        try:
-            yield self
-        finally:
-            self.stop()
 
 
 def processes_under(root: Path) -> list[tuple[int, str]]:

@@ -64,6 +64,14 @@ def drop_caches_for(path: Path) -> None:
         os.close(fd)
 
 
+async def serve_on_loopback(app: web.Application) -> tuple[web.AppRunner, int]:
+    """Start `app` on a free loopback port: its runner (to clean up) and the port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, runner.addresses[0][1]
+
+
 async def bare_ceiling(source: Path, workdir: Path, settle: Callable[..., None]) -> tuple[float, float]:
     """Seconds to upload to, and download from, bare aiohttp handlers on loopback."""
     target = workdir / "bare-upload"
@@ -84,11 +92,7 @@ async def bare_ceiling(source: Path, workdir: Path, settle: Callable[..., None])
     app = web.Application(client_max_size=0)
     app.router.add_put("/sink", sink)
     app.router.add_get("/file", serve)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await serve_on_loopback(app)
     try:
         async with aiohttp.ClientSession() as session:
 
@@ -138,11 +142,7 @@ async def chunked_ceiling(source: Path, workdir: Path) -> float:
 
     app = web.Application(client_max_size=0)
     app.router.add_patch("/append", append)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await serve_on_loopback(app)
     try:
         async with aiohttp.ClientSession() as session:
             drop_caches_for(source)
@@ -185,11 +185,7 @@ async def cli_from_file_response(
     app.router.add_post("/api/v1/auth/token", token)
     app.router.add_get("/api/v1/pfs/stat", stat)
     app.router.add_get("/api/v1/pfs/files", files)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await serve_on_loopback(app)
     config = workdir / "direct.yaml"
     config.touch(mode=0o600)
     config.write_text(
