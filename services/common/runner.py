@@ -78,8 +78,14 @@ def service_main(
     service: str,
     create_app: Callable[[Config], web.Application],
     argv: list[str] | None = None,
+    *,
+    uvloop: bool = True,
 ) -> int:
-    """Parse the standard service flags, load the config and serve until told to stop."""
+    """Parse the standard service flags, load the config and serve until told to stop.
+
+    `uvloop=False` keeps asyncio's own event loop, for a service that needs what uvloop
+    lacks (pfs: `loop.sendfile`).
+    """
     parser = argparse.ArgumentParser(
         prog=f"python -m paddlecloud.{service}",
         description=f"Run the PaddleCloud {service} service on its own.",
@@ -113,7 +119,7 @@ def service_main(
         sock=sock,
         ready_file=args.ready_file,
     )
-    with asyncio.Runner(loop_factory=_loop_factory()) as loop_runner:
+    with asyncio.Runner(loop_factory=_loop_factory() if uvloop else None) as loop_runner:
         loop_runner.run(server)
     return 0
 

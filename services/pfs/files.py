@@ -47,9 +47,9 @@ from .paths import (
 log = structlog.get_logger()
 
 PREFIX = "/api/v1/pfs"
-# Read size for downloads: large enough that the thread hop each read costs stays small
-# next to the read (256 KiB reads measured 5% slower end to end), small enough that a few
-# hundred downloads at once stay within a few hundred MiB.
+# Read size for downloads where the loop cannot sendfile: large enough that the thread hop
+# each read costs stays small next to the read (256 KiB reads measured 5% slower end to end),
+# small enough that a few hundred downloads at once stay within a few hundred MiB.
 CHUNK = 1024 * 1024
 HASH_CHUNK = 1024 * 1024
 # Hashing a large file holds a worker thread for minutes; cap how many do so at once so
@@ -304,7 +304,7 @@ async def _serve(request: web.Request, path: PfsPath, fd: int, st: os.stat_resul
     """Stream `fd` (opened beneath the root) with HTTP's validators and one byte range.
 
     FileResponse takes a path, and a path would be resolved again, outside our checks;
-    so this streams the descriptor itself with pread, each read off the event loop.
+    so this sends the descriptor itself (`_send`).
     """
     size = st.st_size
     modified = st.st_mtime_ns // 10**9
@@ -339,24 +339,51 @@ async def _serve(request: web.Request, path: PfsPath, fd: int, st: os.stat_resul
     if request.method == "HEAD":
         await response.write_eof()
         return response
-    offset, end = start, start + length
     try:
-        while offset < end:
-            chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, end - offset), offset)
-            if not chunk:
-                # Truncated while we sent it: the length is promised, so cut the
-                # connection rather than let a short body look complete.
-                log.warning("download_truncated", path=path.text, sent=offset - start, promised=length)
-                if request.transport is not None:
-                    request.transport.close()
-                return response
-            await response.write(chunk)
-            offset += len(chunk)
-    except ConnectionResetError:
-        log.info("client_disconnected", path=path.text, sent=offset - start)
+        sent = await _send(request, response, fd, start, length)
+    except ConnectionError:
+        log.info("client_disconnected", path=path.text)
+        return response
+    if sent < length:
+        # Truncated while we sent it: the length is promised, so cut the connection rather
+        # than let a short body look complete.
+        log.warning("download_truncated", path=path.text, sent=sent, promised=length)
+        if request.transport is not None:
+            request.transport.close()
         return response
     await response.write_eof()
     return response
+
+
+async def _send(request: web.Request, response: web.StreamResponse, fd: int, start: int, length: int) -> int:
+    """Send `length` bytes of `fd` from `start` after the prepared headers; the bytes sent,
+    fewer if the file ends sooner.
+
+    Where the event loop can, the kernel copies them from the page cache to the socket
+    (`loop.sendfile`). A 1 GiB download then costs pfs 0.1 CPU-seconds rather than 0.4, and
+    pfs and the gateway together about 15% less: CPU that the client shares with them on a
+    small machine (docs/pfs.md, Throughput). uvloop has no sendfile, so the pfs service runs
+    on asyncio's own loop. Elsewhere each CHUNK is read off the loop with pread and written.
+    """
+    transport = request.transport
+    if transport is None:
+        raise ConnectionResetError("the client has gone")
+    if length:
+        loop = asyncio.get_running_loop()
+        # Wraps the open descriptor, which stays ours, for sendfile: nothing here blocks.
+        with open(fd, "rb", buffering=0, closefd=False) as file:  # noqa: ASYNC230
+            # NotImplementedError: uvloop. RuntimeError (SendfileNotAvailableError among them):
+            # a transport (TLS) or a file system without sendfile. Either way nothing was sent.
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                return await loop.sendfile(transport, file, start, length, fallback=False)
+    sent = 0
+    while sent < length:
+        chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, length - sent), start + sent)
+        if not chunk:
+            break
+        await response.write(chunk)
+        sent += len(chunk)
+    return sent
 
 
 _ETAG = re.compile(r'(?:W/)?"[^"]*"')

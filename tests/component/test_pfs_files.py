@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import json
@@ -13,6 +14,7 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
@@ -129,11 +131,41 @@ def snapshot(top: Path) -> dict[str, tuple[str, int, int, bytes | str]]:
 CONTENT = b"0123456789abcdefghij"
 
 
-async def test_download_a_file_with_its_validators(pfs: Pfs) -> None:
+@dataclass
+class Sending:
+    """How pfs sends a download in this test, and what each `loop.sendfile` call sent."""
+
+    native: bool
+    sent: list[int]
+
+    def expect(self, *counts: int) -> None:
+        assert self.sent == (list(counts) if self.native else [])
+
+
+@pytest.fixture(params=["sendfile", "pread"])
+async def sending(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Sending:
+    """Downloads both ways pfs sends them: with `loop.sendfile` (asyncio's loop, which the pfs
+    service runs on) and with pread and writes (a loop without sendfile, as uvloop)."""
+    loop = asyncio.get_running_loop()
+    how = Sending(native=request.param == "sendfile", sent=[])
+    sendfile = loop.sendfile
+
+    async def counted(*args: Any, **kwargs: Any) -> int:
+        if not how.native:
+            raise NotImplementedError  # what uvloop's loop does
+        how.sent.append(await sendfile(*args, **kwargs))
+        return how.sent[-1]
+
+    monkeypatch.setattr(loop, "sendfile", counted)
+    return how
+
+
+async def test_download_a_file_with_its_validators(pfs: Pfs, sending: Sending) -> None:
     path = write(pfs.home("alice") / "data" / "f.bin", CONTENT)
     resp = await pfs.get("files", path=f"{HOME}/alice/data/f.bin")
     assert resp.status == 200
     assert await resp.read() == CONTENT
+    sending.expect(len(CONTENT))
     assert resp.headers["Content-Length"] == str(len(CONTENT))
     assert resp.headers["ETag"] == etag_of(path)
     assert resp.headers["Last-Modified"] == formatdate(MTIME_NS // 10**9, usegmt=True)
@@ -165,7 +197,7 @@ RANGES = [
 ]
 
 
-async def test_one_range_is_206(pfs: Pfs) -> None:
+async def test_one_range_is_206(pfs: Pfs, sending: Sending) -> None:
     write(pfs.home("alice") / "f.bin", CONTENT)
     for header, first, last in RANGES:
         for method in ("GET", "HEAD"):
@@ -176,6 +208,7 @@ async def test_one_range_is_206(pfs: Pfs) -> None:
             assert await resp.read() == (CONTENT[first : last + 1] if method == "GET" else b"")
             assert resp.headers["Content-Range"] == f"bytes {first}-{last}/{len(CONTENT)}"
             assert resp.headers["Content-Length"] == str(last - first + 1)
+    sending.expect(*(last - first + 1 for _, first, last in RANGES))
 
 
 async def test_unsatisfiable_or_invalid_ranges_are_416(pfs: Pfs) -> None:
@@ -273,7 +306,28 @@ async def test_empty_file(pfs: Pfs) -> None:
     assert await resp.read() == b""
 
 
-async def test_ranges_past_four_gibibytes(pfs: Pfs) -> None:
+async def test_a_file_cut_short_while_it_is_sent_cuts_the_download(pfs: Pfs, sending: Sending) -> None:
+    """The length is promised in the headers: a body that ends early must look broken, never complete."""
+    path = pfs.home("alice") / "shrinks.bin"
+    path.parent.mkdir(parents=True)
+    size = 256 * 2**20  # far more than the sockets and the gateway buffer between
+    with open(path, "wb") as f:
+        os.truncate(f.fileno(), size)  # sparse: quick to send, nothing on disk
+    resp = await pfs.get("files", path=f"{HOME}/alice/shrinks.bin")
+    assert resp.status == 200
+    assert resp.headers["Content-Length"] == str(size)
+    received = len(await resp.content.readexactly(2**16))
+    os.truncate(path, 2**20)
+    # Left open, the connection would wait for the promised rest until a read timeout.
+    async with asyncio.timeout(30):
+        with pytest.raises(aiohttp.ClientPayloadError):
+            while block := await resp.content.read(2**20):
+                received += len(block)
+    assert received < size
+    assert len(sending.sent) == sending.native and all(0 < n < size for n in sending.sent)
+
+
+async def test_ranges_past_four_gibibytes(pfs: Pfs, sending: Sending) -> None:
     path = pfs.home("alice") / "big.bin"
     path.parent.mkdir(parents=True)
     size = 4 * GIB + 10
@@ -296,6 +350,7 @@ async def test_ranges_past_four_gibibytes(pfs: Pfs) -> None:
     assert await resp.read() == b"\0\0ABCDEFGH"
     resp = await pfs.call("GET", "files", params=params, headers={"Range": "bytes=-4"})
     assert await resp.read() == b"MNOP"
+    sending.expect(16, 10, 4)
 
 
 async def test_a_directory_is_listed_not_archived(pfs: Pfs) -> None:
