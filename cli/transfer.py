@@ -35,7 +35,6 @@ import stat
 import sys
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 from urllib.parse import urlsplit
+
+from isal.isal_zlib import crc32
 
 from . import pfspaths
 from .config import atomic_write
@@ -114,10 +115,11 @@ def file_sha256(path: Path, on_bytes: Callable[[int], None] | None = None) -> st
 def chunk_checksum(data: bytes) -> str:
     """An `Upload-Checksum` value: the algorithm, then the base64 digest (tus checksum extension).
 
-    CRC-32, not sha256: it is there to catch a chunk damaged on the way, which it does at twice
-    sha256's speed on both ends of every chunk; the whole file's sha256 is the end-to-end check.
+    CRC-32, not sha256: it is there to catch a chunk damaged on the way, which ISA-L's CRC-32
+    does at eight times sha256's speed on both ends of every chunk (zlib's at twice); the whole
+    file's sha256 is the end-to-end check.
     """
-    return "crc32 " + base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode("ascii")
+    return "crc32 " + base64.b64encode(crc32(data).to_bytes(4, "big")).decode("ascii")
 
 
 def encode_metadata(metadata: Mapping[str, str]) -> str:

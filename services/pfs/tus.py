@@ -10,11 +10,12 @@ import base64
 import binascii
 import hashlib
 import re
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
+
+from isal.isal_zlib import crc32
 
 from paddlecloud.common import errors
 
@@ -31,11 +32,12 @@ OFFSET_OCTET_STREAM = "application/offset+octet-stream"
 
 
 class Crc32:
-    """zlib's CRC-32 behind hashlib's interface. On the wire it is `crc32 <base64 of its four
-    big-endian bytes>`, as in S3's `x-amz-checksum-crc32`.
+    """CRC-32 (zlib's polynomial, ISA-L's code) behind hashlib's interface. On the wire it is
+    `crc32 <base64 of its four big-endian bytes>`, as in S3's `x-amz-checksum-crc32`.
 
-    It catches damage in transit at 3.5 GB/s here, against 1.5 GB/s for sha256, which matters
-    on the critical path of every chunk; the whole file's sha256 stays the end-to-end check.
+    It catches damage in transit at 12 GB/s here (zlib's own: 3.5), against 1.5 GB/s for
+    sha256, which matters on both ends of every chunk; the whole file's sha256 stays the
+    end-to-end check.
     """
 
     digest_size = 4
@@ -44,7 +46,7 @@ class Crc32:
         self._value = value
 
     def update(self, data: bytes | memoryview) -> None:
-        self._value = zlib.crc32(data, self._value)
+        self._value = crc32(data, self._value)
 
     def digest(self) -> bytes:
         return self._value.to_bytes(4, "big")
