@@ -131,8 +131,13 @@ class Upstream:
         try:
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        except ConnectionError:
+            # The caller hung up: a reset, a broken pipe, or a bare ConnectionError from a
+            # write that was waiting for the caller to read. Cut our end too, so that aiohttp
+            # never ends the short body as if it were whole.
             log.info("client_disconnected", upstream=self.name)
+            if request.transport is not None:
+                request.transport.close()
             return response
         except (TimeoutError, aiohttp.ClientError) as exc:
             # Too late for a problem document: the status line is gone. Cut the

@@ -1,9 +1,12 @@
-"""A gigabyte each way through a gateway process, whose memory must not grow with the body."""
+"""Streaming through a gateway process: a gigabyte each way in flat memory, and a caller that hangs up."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -39,18 +42,27 @@ async def body(size: int) -> AsyncIterator[bytes]:
         sent += len(piece)
 
 
+async def start_in_front_of_pfs(gateway: ServiceProcess, tmp_path: Path, aiohttp_server: Any) -> str:
+    """Start the gateway process with a test upstream as its pfs service; its URL."""
+    upstream = await aiohttp_server(create_upstream_app(make_config(tmp_path), "pfs"))
+    gateway.config_path = write_config(tmp_path, gateway={"pfs_url": str(upstream.make_url(""))})
+    gateway.start()
+    return gateway.url
+
+
+async def admin_headers(session: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    async with session.post(
+        f"{url}/api/v1/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}
+    ) as resp:
+        return {"Authorization": f"Bearer {(await resp.json())['token']}"}
+
+
 async def test_gigabyte_streams_both_ways_in_flat_memory(
     tmp_path, aiohttp_server, gateway_process: ServiceProcess, report_figure
 ) -> None:
-    upstream = await aiohttp_server(create_upstream_app(make_config(tmp_path), "pfs"))
-    gateway_process.config_path = write_config(tmp_path, gateway={"pfs_url": str(upstream.make_url(""))})
-    gateway_process.start()
-    url = gateway_process.url
+    url = await start_in_front_of_pfs(gateway_process, tmp_path, aiohttp_server)
     async with aiohttp.ClientSession() as session:
-        async with session.post(
-            f"{url}/api/v1/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD}
-        ) as resp:
-            headers = {"Authorization": f"Bearer {(await resp.json())['token']}"}
+        headers = await admin_headers(session, url)
         # Warm up the proxy path so that lazily created buffers count in the baseline.
         for _ in range(3):
             async with session.put(f"{url}/api/v1/pfs/sink", data=b"x" * 65536, headers=headers) as resp:
@@ -85,3 +97,31 @@ async def test_gigabyte_streams_both_ways_in_flat_memory(
         f"peak {peak / 1024:.1f} MiB, growth {growth_mib:.1f} MiB (budget {MEMORY_BUDGET_MIB} MiB)"
     )
     assert growth_mib < MEMORY_BUDGET_MIB
+
+
+async def test_a_caller_hanging_up_mid_download_is_not_a_failure(
+    tmp_path, aiohttp_server, gateway_process: ServiceProcess
+) -> None:
+    """A caller that stops reading and hangs up mid-body is routine: the relay ends quietly with
+    the status it sent, never as an unhandled error (a 500 in the metrics, an error in the log).
+
+    A gateway process, because that is where it happens: the server there does not cancel the
+    handler of a caller that went away, so the relay sees the failed write itself."""
+    url = await start_in_front_of_pfs(gateway_process, tmp_path, aiohttp_server)
+    async with aiohttp.ClientSession() as session:
+        headers = await admin_headers(session, url)
+        resp = await session.get(f"{url}/api/v1/pfs/source?size={GIB}", headers=headers)
+        assert resp.status == 200
+        await resp.content.readexactly(2**16)
+        await asyncio.sleep(0.2)  # time for the sockets and the gateway's buffer to fill
+        resp.close()  # hang up while the gateway waits to write more
+
+        route = 'method="GET",route="/api/v1/pfs{tail}"'
+        for _ in range(200):  # until the gateway has counted the request, at most 10 s
+            async with session.get(f"{url}/metrics") as metrics:
+                text = await metrics.text()
+            if f"paddlecloud_http_requests_total{{{route}" in text:
+                break
+            await asyncio.sleep(0.05)
+    assert f'paddlecloud_http_requests_total{{{route},status="200"}} 1.0' in text
+    assert f'{route},status="500"' not in text
