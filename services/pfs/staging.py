@@ -78,26 +78,9 @@ class ChunkWriter(Protocol):
 
     def write(self, data: bytes) -> int: ...
 
-    def start_writeback(self) -> None: ...
-
     def commit(self) -> None: ...
 
     def discard(self) -> None: ...
-
-
-_FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS
-
-
-def _writeback(fd: int, start: int, length: int) -> None:
-    """Ask the kernel to start writing a just-written range to disk, without waiting for it.
-
-    POSIX_FADV_DONTNEED starts writeback of the range's dirty pages (and drops only pages
-    that are already clean, which these are not yet); it is what PostgreSQL falls back on
-    where sync_file_range is missing. The fdatasync before the 204 then has little left
-    to wait for, instead of a whole chunk that the kernel had left dirty in memory.
-    """
-    if _FADVISE is not None and length > 0:
-        _FADVISE(fd, start, length, os.POSIX_FADV_DONTNEED)
 
 
 class DirectWriter:
@@ -109,7 +92,6 @@ class DirectWriter:
         self.fd = part_fd
         self._start = start
         self.written = 0
-        self._written_back = 0
 
     def write(self, data: bytes) -> int:
         """Append `data`; on an error (ENOSPC) what was written so far stays counted."""
@@ -121,18 +103,12 @@ class DirectWriter:
             self.written += n
         return done
 
-    def start_writeback(self) -> None:
-        """Start writing to disk what was appended since the last call (see `_writeback`)."""
-        _writeback(self.fd, self._start + self._written_back, self.written - self._written_back)
-        self._written_back = self.written
-
     def commit(self) -> None:
         pass
 
     def discard(self) -> None:
         os.ftruncate(self.fd, self._start)
         self.written = 0
-        self._written_back = 0
 
 
 class StagedChunkWriter:
@@ -156,9 +132,6 @@ class StagedChunkWriter:
             return self._inner.write(data)
         finally:
             self.written = self._inner.written
-
-    def start_writeback(self) -> None:
-        self._inner.start_writeback()
 
     def commit(self) -> None:
         # Without truncate there is no undo: were this copy to fail half-way, the upload

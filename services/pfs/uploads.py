@@ -63,8 +63,6 @@ LOCK_TIMEOUT = 30.0
 _ID = re.compile(r"^[A-Za-z0-9_-]{32}$")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 SYNC_EVERY = 4 * 1024 * 1024
-# Writeback of a PATCH's bytes is started every this many bytes (see staging._writeback).
-WRITEBACK_EVERY = 1024 * 1024
 # Received bytes are hashed in worker threads a batch of this size at a time; a chunk of
 # up to this size is hashed whole while it is being fdatasynced.
 HASH_BATCH = 16 * 1024 * 1024
@@ -623,7 +621,6 @@ class Uploads:
         kick_every = min(1.0, self.read_timeout / 4)
         kicked = loop.time()
         left = room
-        unflushed = 0
         while left > 0:
             piece = await request.content.readany()
             if not piece:
@@ -638,10 +635,6 @@ class Uploads:
                 done = writer.written - before
                 # Only what was written counts (a full disk may stop a write half-way).
                 full = hashing.wrote(piece if done == len(piece) else piece[:done])
-            unflushed += done
-            if unflushed >= WRITEBACK_EVERY:
-                writer.start_writeback()
-                unflushed = 0
             syncer.wrote(done)
             if full:
                 await hashing.flush()
