@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install install-dev demo test lint unit bench clean
+.PHONY: install install-dev system-deps demo test lint unit bench clean
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -24,6 +24,18 @@ $(DEV): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
 
+# Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md).
+# Installed where this runs as root with apt; elsewhere the tests that need them say so.
+system-deps:
+	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing$$missing"; \
+			(apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+			 { apt-get update -qq && apt-get install -y -qq $$missing; }) >/dev/null; \
+		else echo "not installed:$$missing (jobs and builds run unsandboxed; those tests are skipped)"; fi; \
+	fi
+
 demo: install
 	$(BIN)/python examples/demo.py
 
@@ -35,7 +47,7 @@ lint: install-dev
 	@for s in common gateway jobs pfs builder; do ln -s "$(CURDIR)/services/$$s" $(VENV)/typecheck/paddlecloud/$$s; done
 	$(BIN)/mypy
 
-test: lint
+test: lint system-deps
 	$(BIN)/pytest
 
 bench: install-dev

@@ -363,6 +363,13 @@ WORKER_COLUMNS: list[Column] = [
     ("HOST", "host"),
     ("EXIT", "exit_code"),
 ]
+GPU_COLUMN: Column = ("GPUS", lambda w: ",".join(w.get("devices") or []) or "-")
+
+
+def worker_columns(workers: Sequence[Mapping[str, Any]]) -> list[Column]:
+    """The workers' columns, with the GPUs they hold where any holds one."""
+    return WORKER_COLUMNS + [GPU_COLUMN] if any(w.get("devices") for w in workers) else WORKER_COLUMNS
+
 
 EVENT_COLUMNS: list[Column] = [
     ("TIME", lambda e: local_time(e.get("time"))),
@@ -441,7 +448,7 @@ def job_text(job: Mapping[str, Any]) -> str:
     text = render_record(job, fields)
     workers = [w for w in job.get("workers") or [] if isinstance(w, Mapping)]
     events = [e for e in job.get("events") or [] if isinstance(e, Mapping)]
-    text += "\nWorkers:\n" + render_table(workers, WORKER_COLUMNS, empty="  (none yet)")
+    text += "\nWorkers:\n" + render_table(workers, worker_columns(workers), empty="  (none yet)")
     text += "\nEvents:\n" + render_table(events, EVENT_COLUMNS, empty="  (none)")
     return text
 
@@ -464,7 +471,10 @@ async def get_job(ctx: Context, args: argparse.Namespace) -> int:
 
 async def get_workers(ctx: Context, args: argparse.Namespace) -> int:
     workers = await ctx.client().workers(args.job)
-    ctx.emit({"workers": workers}, lambda: render_table(workers, WORKER_COLUMNS, empty="No workers (yet)."))
+    ctx.emit(
+        {"workers": workers},
+        lambda: render_table(workers, worker_columns(workers), empty="No workers (yet)."),
+    )
     return 0
 
 
@@ -493,12 +503,27 @@ def _readable(resource: str, value: Any) -> Any:
     return value
 
 
+def quota_notes(answer: Mapping[str, Any]) -> str:
+    """What the table does not say: which GPUs your jobs hold, what the machine has free,
+    and whether cpu and memory limits are enforced or only counted."""
+    lines = []
+    held = answer.get("devices")
+    for item in held if isinstance(held, list) else []:
+        lines.append(f"GPU {item.get('device')}: held by {item.get('job')} {item.get('worker')}")
+    machine = answer.get("machine")
+    if isinstance(machine, Mapping) and machine:
+        if machine.get("gpus"):
+            lines.append(f"GPUs on this machine: {machine.get('gpus_free')} of {machine.get('gpus')} free")
+        if machine.get("limits") == "advisory":
+            lines.append(f"Limits are advisory here: {machine.get('limits_detail')}")
+    return "".join(f"{line}\n" for line in lines)
+
+
 async def get_quota(ctx: Context, args: argparse.Namespace) -> int:
     answer = await ctx.client().quota()
     rows = quota_rows(answer)
-    ctx.emit(
-        answer, lambda: render_table(rows, [("RESOURCE", "resource"), ("USED", "used"), ("LIMIT", "limit")])
-    )
+    columns: list[Column] = [("RESOURCE", "resource"), ("USED", "used"), ("LIMIT", "limit")]
+    ctx.emit(answer, lambda: render_table(rows, columns) + quota_notes(answer))
     return 0
 
 

@@ -25,6 +25,15 @@ user asked for wins over the platform's copy. `--system-site-packages` would not
 from a platform that itself runs in a virtualenv it exposes the base interpreter's
 packages, not the platform's.
 
+Sandbox. pip runs code the requirements name (a source distribution's build backend),
+so where bubblewrap is installed (`builder.sandbox: auto`) `pip install` runs in a
+sandbox (services/common/sandbox.py) as the unprivileged `builder.sandbox_uid`, seeing
+the system and the platform's Python read-only, its own environment and run directory
+(requirements, TMPDIR, a pip cache of its own) read-write, and the local wheel
+directories it was told about read-only: nothing else of the machine, no other build,
+no published environment. Once pip succeeded the environment is given back to root, so
+no later build or job can change what was published.
+
 Processes. Every command runs in its own process group, started through a few lines
 that ask the kernel to SIGKILL it should the service die (PR_SET_PDEATHSIG), so pip
 does not outlive a killed service; a restarted service also kills whatever still runs
@@ -50,8 +59,10 @@ from typing import BinaryIO
 
 import structlog
 
+from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.config import Config
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
+from paddlecloud.common.sandbox import Bind, View, chown_tree
 
 from .backend import (
     BaseRefused,
@@ -143,6 +154,15 @@ class LocalBuildBackend(BuildBackend):
         if section.no_index:
             index.append("--no-index")
         self._index_args = index
+        # Local wheel directories and file:// indexes the sandboxed pip must see.
+        self._sources = [
+            os.path.realpath(link.removeprefix("file://"))
+            for link in (*section.find_links, section.index_url or "")
+            if link and ("://" not in link or link.startswith("file://"))
+        ]
+        self._sandbox_mode = section.sandbox
+        self._sandbox = sandboxes.Sandbox(None, None, os.geteuid() == 0)
+        self._uid = section.sandbox_uid
         version = sys.version_info
         self._site_packages = Path("lib") / f"python{version.major}.{version.minor}" / "site-packages"
         base = getattr(sys, "_base_executable", sys.executable)
@@ -172,7 +192,19 @@ class LocalBuildBackend(BuildBackend):
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(pip_package)
             os.replace(tmp, link)
-        log.info("local builder ready", work_dir=str(self._root), python=self._python, index=self._index_args)
+        try:
+            self._sandbox = sandboxes.detect(self._sandbox_mode, "builds")
+        except sandboxes.SandboxUnavailable as exc:
+            raise RuntimeError(f"builder.sandbox is 'required': {exc}") from None
+        if not self._sandbox.enabled:
+            log.warning("builds_not_sandboxed", detail="pip runs as this service's user: install bubblewrap")
+        log.info(
+            "local_builder_ready",
+            work_dir=str(self._root),
+            python=self._python,
+            index=self._index_args,
+            sandbox=self._sandbox.describe(),
+        )
 
     # -- keys and lookups ------------------------------------------------------------
 
@@ -231,7 +263,12 @@ class LocalBuildBackend(BuildBackend):
                     *self._index_args,
                     *("-r", "requirements.txt"),
                 ]
+                if self._sandbox.enabled:
+                    await asyncio.to_thread(self._hand_over, env, run, self._build_uid)
+                    pip = self._sandbox.wrap(self._view(env, run), pip)
                 await self._step(out, "pip install", pip, run, deadline)
+                if self._sandbox.enabled:
+                    await asyncio.to_thread(self._hand_over, env, run, 0)
                 await asyncio.to_thread(self._finish, env, request)
                 self._publish(request.key, env)
                 published = True
@@ -252,6 +289,24 @@ class LocalBuildBackend(BuildBackend):
     def _log_path(self, log_id: str) -> Path:
         return self._logs / f"{log_id}.log"
 
+    @property
+    def _build_uid(self) -> int:
+        return self._uid if self._sandbox.switches_uid else os.geteuid()
+
+    def _view(self, env: Path, run: Path) -> View:
+        """What a sandboxed pip sees besides the system and the platform's Python."""
+        binds = [Bind(str(env), str(env), writable=True), Bind(str(run), str(run), writable=True)]
+        binds.append(Bind(str(self._pip_dir), str(self._pip_dir)))
+        binds += [Bind(path, path) for path in self._sources if os.path.exists(path)]
+        uid = self._build_uid
+        return View(uid=uid, gid=uid, binds=tuple(binds), cwd=str(run), tmp=str(run / "tmp"))
+
+    @staticmethod
+    def _hand_over(env: Path, run: Path, uid: int) -> None:
+        """Give the environment and the run directory to the build's uid, or back to root."""
+        chown_tree(env, uid, uid)
+        chown_tree(run, uid, uid)
+
     @staticmethod
     def _prepare_run(run: Path, requirements: str) -> None:
         (run / "tmp").mkdir(parents=True)
@@ -268,6 +323,9 @@ class LocalBuildBackend(BuildBackend):
             PIP_NO_INPUT="1",
             TMPDIR=str(run / "tmp"),
         )
+        if self._sandbox.enabled:
+            # The service's HOME is not in the sandbox; the run's own cache goes with it.
+            env.update(HOME=str(run / "tmp"), PIP_CACHE_DIR=str(run / "cache"))
         return env
 
     async def _step(self, out: BinaryIO, what: str, argv: list[str], run: Path, deadline: float) -> None:
@@ -305,6 +363,8 @@ class LocalBuildBackend(BuildBackend):
             _kill_group(proc.pid)  # whatever the command left behind in its group
         if code == 0:
             return
+        if code > 128 and self._sandbox.enabled and argv[0] == self._sandbox.bwrap:
+            code = 128 - code  # bwrap reports its program's death by signal N as 128 + N
         errors = _error_lines(Path(out.name), start_offset)
         if code < 0:
             try:

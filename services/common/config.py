@@ -59,10 +59,28 @@ class JobsSection(ServiceSection):
     # being written and being sent (a few stat and read calls per follower each time).
     log_poll_seconds: float = Field(0.02, gt=0)
     grace_seconds: float = Field(10.0, ge=0)
-    # Run local jobs in a private mount namespace with the user's PFS home at
-    # /pfs/<datacenter>/home/<user> (and public read-only): "auto" does so where the
-    # service may (root, `unshare` present), "off" never; "on" refuses to start otherwise.
-    pfs_mount: Literal["auto", "on", "off"] = "auto"
+    # Local jobs run sandboxed (services/common/sandbox.py: bubblewrap namespaces, an
+    # unprivileged uid per user from sandbox_uid_base on): "auto" where bwrap exists,
+    # "required" refuses to start without it, "off" runs jobs as the service's own user.
+    sandbox: Literal["auto", "required", "off"] = "auto"
+    sandbox_uid_base: int = Field(200_000, ge=1000)
+    sandbox_uid_count: int = Field(100_000, gt=0)
+    # cpu, memory and pids limits per worker with cgroups (v2 or v1): "auto" where this
+    # service may make groups, "required" refuses to start otherwise, "off": advisory.
+    limits: Literal["auto", "required", "off"] = "auto"
+    pids_max: int = Field(4096, gt=0)
+    # The GPUs jobs may use (device ids as CUDA numbers them); unset: what
+    # `nvidia-smi -L` lists. PADDLECLOUD_JOBS_GPUS takes a comma-separated list.
+    gpus: tuple[str, ...] | None = None
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _split_gpus(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, list):
+            return tuple(str(v) for v in value)
+        return value
 
 
 class PfsSection(ServiceSection):
@@ -84,6 +102,9 @@ class BuilderSection(ServiceSection):
     backend: Literal["local"] = "local"
     # Local backend: environments, build logs and in-progress builds live here.
     work_dir: Path = DEFAULT_DATA_DIR / "builder"
+    # pip runs sandboxed like jobs (auto | required | off), as this unprivileged uid.
+    sandbox: Literal["auto", "required", "off"] = "auto"
+    sandbox_uid: int = Field(199_999, ge=1000)
     # Where pip looks for packages: an index, and/or wheel directories or pages
     # (comma-separated in PADDLECLOUD_BUILDER_FIND_LINKS); no_index builds offline.
     index_url: str | None = None

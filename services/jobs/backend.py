@@ -28,6 +28,15 @@ from paddlecloud.common.store import Job
 from .spec import JobSpec
 
 
+class StartFailed(Exception):
+    """The job cannot start; the message says why, for the user."""
+
+
+class NotYet(Exception):
+    """The job cannot start now but will once resources free up (GPUs held by other
+    jobs); the message says what it waits for, with the numbers."""
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything a backend needs to run one job, resolved by the service."""
@@ -73,9 +82,11 @@ class WorkerInfo:
     started_at: str | None = None
     exit_code: int | None = None
     host: str | None = None
+    devices: tuple[str, ...] = ()  # the GPUs it holds
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "devices": list(self.devices),
             "name": self.name,
             "role": self.role,
             "index": self.index,
@@ -147,9 +158,25 @@ class Backend(abc.ABC):
     async def close(self) -> None:  # noqa: B027
         """Release what `open` took; running jobs keep running."""
 
+    def refusal(self, spec: JobSpec) -> str | None:
+        """Why this backend can never run `spec` (it asks for more than there is), or None."""
+        return None
+
+    def capacity(self) -> dict[str, Any]:
+        """What this backend offers and enforces, for `GET /quota` (GPUs, limits)."""
+        return {}
+
+    def devices(self, job: Job) -> dict[str, list[str]]:
+        """The GPUs each worker of an active job holds."""
+        return {}
+
+    def attach(self, job: Job) -> None:  # noqa: B027 - a backend without held resources needs nothing
+        """Take up again what an active job holds (after a restart of the service)."""
+
     @abc.abstractmethod
     async def start(self, launch: Launch) -> dict[str, Any]:
-        """Start the job; the returned mapping is stored as `Job.backend`."""
+        """Start the job; the returned mapping is stored as `Job.backend`. StartFailed if
+        it cannot run, NotYet if it must wait for resources."""
 
     @abc.abstractmethod
     async def stop(self, job: Job, grace_seconds: float) -> None:

@@ -48,8 +48,7 @@ from paddlecloud.common.web import validation_problem
 from paddlecloud.pfs.paths import PfsPath, Root, resolve_for
 from paddlecloud.pfs.usage import Usage
 
-from .backend import Backend, Launch, planned_workers
-from .local.backend import StartFailed
+from .backend import Backend, Launch, NotYet, StartFailed, planned_workers
 from .spec import JobSpec, parse_submission
 
 log = structlog.get_logger(__name__)
@@ -150,6 +149,9 @@ class JobManager:
         self._active: dict[str, Job] = {}
         self._seen_events: dict[str, int] = {}
         self._job_locks: dict[str, asyncio.Lock] = {}
+        # Jobs that wait for resources (GPUs), first submitted first: the reconcile loop
+        # starts the head of the queue once it fits, and nothing behind it jumps ahead.
+        self._waiting: dict[str, Launch] = {}
 
     @property
     def backend(self) -> Backend:
@@ -188,6 +190,9 @@ class JobManager:
                     f"`paddlecloud kill -rm {spec.name}` removes it, or choose another name"
                 )
             await self._check_quota(owner, spec)
+            refusal = self._backend.refusal(spec)
+            if refusal is not None:
+                raise field_problem("gpu", refusal)
             # Last, so a dry run of a package not uploaded yet still checks name and quota.
             try:
                 package_kind = await asyncio.to_thread(self._check_package, package)
@@ -248,12 +253,35 @@ class JobManager:
             try:
                 info = await self._backend.start(replace(launch, job=current))
             except StartFailed as exc:
+                self._waiting.pop(job.id, None)
                 failed = await self._transition(current, FAILED, str(exc), finished_at=utcnow())
                 return failed or current
+            except NotYet as exc:
+                # Recorded, so a restarted service queues it again (with its environment).
+                waiting = {"waiting": str(exc), "python": launch.python}
+                if job.id not in self._waiting:
+                    self._waiting[job.id] = launch
+                    await self._event(current, "notice", "WaitingForResources", str(exc))
+                if current.state == BUILDING:  # built, and now waits like any other job
+                    current = await self._transition(current, PENDING, str(exc)) or current
+                if current.reason != str(exc) or current.backend != waiting:
+                    current = (
+                        await self._store.update_job(job.id, reason=str(exc), backend=waiting) or current
+                    )
+                return current
+            self._waiting.pop(job.id, None)
             updated = await self._store.update_job(job.id, backend=info)
             job = updated or current
             self._active[job.id] = job
         return job
+
+    async def _start_waiting(self) -> None:
+        """Start queued jobs in the order they came, while the head of the queue fits."""
+        for job_id, launch in list(self._waiting.items()):
+            job = await self._start(launch)
+            if job.id in self._waiting and job.state in (PENDING, BUILDING):
+                return  # still waits: those behind it wait too
+            self._waiting.pop(job_id, None)
 
     # -- builds ----------------------------------------------------------------------
 
@@ -487,13 +515,19 @@ class JobManager:
         def opt(value: int | None, fmt: Any) -> Any:
             return None if value is None else fmt(value)
 
+        devices: list[dict[str, Any]] = []
+        async for job in self._all_jobs(owner, ACTIVE_STATES):
+            for worker, held in sorted(self._backend.devices(job).items()):
+                devices += [{"job": job.name, "worker": worker, "device": d} for d in held]
         return {
             "user": owner,
             "cpu": {"used": format_cpu_milli(used.cpu_milli), "limit": opt(q.cpu_milli, format_cpu_milli)},
             "gpu": {"used": used.gpu, "limit": q.gpu},
+            "devices": devices,
             "memory": {"used": format_bytes(used.memory_bytes), "limit": opt(q.memory_bytes, format_bytes)},
             "jobs": {"used": used.jobs, "limit": q.jobs},
             "storage": {"used": format_bytes(stored), "limit": opt(q.storage_bytes, format_bytes)},
+            "machine": self._backend.capacity(),
         }
 
     # -- reading ---------------------------------------------------------------------
@@ -537,7 +571,11 @@ class JobManager:
 
     async def resume(self) -> None:
         """Re-attach to every job the store calls active (after a restart of this service)."""
+        waiting: list[Job] = []
         async for job in self._all_jobs(None, ACTIVE_STATES):
+            if job.backend.get("waiting"):
+                waiting.append(job)
+                continue
             if not job.backend and job.state == BUILDING and job.build_id:
                 try:
                     launch = await asyncio.to_thread(self._launch_for, job)
@@ -550,15 +588,32 @@ class JobManager:
                 await self._transition(job, FAILED, "the jobs service stopped before it started the job")
                 continue
             self._active[job.id] = job
+            self._backend.attach(job)
             self._seen_events[job.id] = len(
                 [e for e in await self._store.list_events(job.id) if e.type in BACKEND_EVENT_TYPES]
             )
-        if self._active:
-            log.info("re-attached to running jobs", count=len(self._active))
+        # Queued again oldest first, once every running job holds its resources again.
+        for job in sorted(waiting, key=lambda j: j.created_at):
+            try:
+                launch = await asyncio.to_thread(self._launch_for, job)
+            except (errors.ProblemError, ValidationError) as exc:
+                await self._transition(job, FAILED, f"cannot start after a restart: {exc}")
+                continue
+            python = job.backend.get("python")
+            self._waiting[job.id] = replace(launch, python=python if isinstance(python, str) else None)
+        if self._active or self._waiting:
+            log.info("jobs_reattached", running=len(self._active), waiting=len(self._waiting))
 
     async def run(self) -> None:
         """Observe active jobs forever, every `jobs.poll_seconds`."""
         while True:
+            if self._waiting:
+                try:
+                    await self._start_waiting()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("start_waiting_failed")
             for job in list(self._active.values()):
                 if self._job_lock(job.id).locked():
                     continue  # being killed or started; the next round sees the outcome
@@ -576,6 +631,7 @@ class JobManager:
 
     def _drop(self, job: Job) -> None:
         self._active.pop(job.id, None)
+        self._waiting.pop(job.id, None)
         self._seen_events.pop(job.id, None)
         self._job_locks.pop(job.id, None)
         self._backend.forget(job)

@@ -561,6 +561,7 @@ def _mkdir(root: Root, path: PfsPath, parents: bool) -> tuple[bool, dict[str, An
         with root.parent_fd(step) as (parent, name):
             try:
                 os.mkdir(name, 0o755, dir_fd=parent)
+                root.adopt(step, parent, name)
                 created = step == path
             except FileExistsError:
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)

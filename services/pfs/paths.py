@@ -262,6 +262,26 @@ class Root:
         if not home.is_dir():
             home.mkdir(mode=0o755, exist_ok=True)
 
+    def area_owner(self, path: PfsPath) -> tuple[int, int] | None:
+        """Who what the service creates in `path`'s area must belong to, if not to itself.
+
+        A home belongs to its user's sandbox uid once that user ran a job (the local jobs
+        backend gives it so), and what the service adds there must stay writable by that
+        user's jobs. Only a service running as root can give files away; elsewhere None.
+        """
+        if os.geteuid() != 0:
+            return None
+        with self.area_fd(path) as area:
+            owner = os.fstat(area)
+        return None if (owner.st_uid, owner.st_gid) == (0, 0) else (owner.st_uid, owner.st_gid)
+
+    def adopt(self, path: PfsPath, parent: int, name: str) -> None:
+        """Give `name` in `parent`, just created in `path`'s area, to the area's owner
+        (never following a symlink that may have replaced it since)."""
+        owner = self.area_owner(path)
+        if owner is not None:
+            os.chown(name, *owner, dir_fd=parent, follow_symlinks=False)
+
     @contextmanager
     def area_fd(self, path: PfsPath) -> Iterator[int]:
         """An O_PATH descriptor of the area's root; 404 if a home does not exist yet."""

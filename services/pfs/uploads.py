@@ -695,6 +695,11 @@ class Uploads:
             with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
                 part = f"{record.id}.part"
                 with opened(os.open(part, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.staging.dir_fd)) as fd:
+                    # Staged owner-only; placed readable, and owned like its home.
+                    os.fchmod(fd, 0o644)
+                    owner = self.root.area_owner(dest)
+                    if owner is not None:
+                        os.fchown(fd, *owner)
                     # Before the rename: it keeps the xattr and the mtime the xattr names.
                     remember_sha256(fd, digest)
                     os.fsync(fd)
@@ -721,6 +726,7 @@ class Uploads:
             with self.root.parent_fd(sub) as (fd, name):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=fd)
+                    self.root.adopt(sub, fd, name)
 
     async def _recover_placed(self, record: Record) -> Record:
         """The staging file is gone: if it is at its destination, the rename happened before a crash."""

@@ -84,11 +84,11 @@ class Jobs:
         return await resp.text()
 
 
-@pytest.fixture
-async def jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) -> Jobs:
+async def start_jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, **jobs_settings: Any) -> Jobs:
+    """A jobs service (with `jobs_settings` over the test defaults) behind a gateway."""
     sections: dict[str, dict[str, Any]] = {
         "pfs": {"datacenter": "dc1"},
-        "jobs": {"grace_seconds": 3.0, "poll_seconds": 0.05},
+        "jobs": {"grace_seconds": 3.0, "poll_seconds": 0.05, **jobs_settings},
     }
     server = await aiohttp_server(create_jobs(make_config(tmp_path, **sections)))
     config = make_config(
@@ -106,6 +106,11 @@ async def jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) -> Jobs
     jobs = Jobs(client, tmp_path / "pfs", tmp_path / "jobs", headers)
     jobs.server_app = server.app  # type: ignore[attr-defined]
     return jobs
+
+
+@pytest.fixture
+async def jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) -> Jobs:
+    return await start_jobs(tmp_path, aiohttp_server, aiohttp_client)
 
 
 def job_processes(work_dir: Path) -> list[psutil.Process]:
@@ -423,7 +428,7 @@ print("output", out)
     assert (jobs.home() / "jobs" / "writes" / "output" / "model.txt").read_text() == "weights"
     text = await jobs.logs("writes")
     backend = jobs.server_app[MANAGER].backend  # type: ignore[attr-defined]
-    if backend.mounts_pfs:
+    if backend.sandboxed:
         assert "[trainer-0] home /pfs/dc1/home/alice" in text
         assert "[trainer-0] output /pfs/dc1/home/alice/jobs/writes/output" in text
     else:
@@ -432,8 +437,8 @@ print("output", out)
 
 async def test_pfs_paths_inside_a_job_show_only_the_users_own_home(jobs: Jobs) -> None:
     backend = jobs.server_app[MANAGER].backend  # type: ignore[attr-defined]
-    if not backend.mounts_pfs:
-        pytest.skip("the service may not make mount namespaces here (not root, or no unshare)")
+    if not backend.sandboxed:
+        pytest.skip("no sandbox here (bubblewrap is not installed)")
     (jobs.home("bob")).mkdir(parents=True)
     (jobs.home("bob") / "private.txt").write_text("bob's")
     (jobs.root / "public" / "shared.txt").write_text("for all")

@@ -7,13 +7,16 @@ down, and everything the service needs to re-attach is in the directory (`state.
 with the supervisor's pid, `events.jsonl`, `logs/`). `observe`, `workers` and `logs` only
 read those files, so a restarted service sees exactly what the supervisor recorded.
 
-PFS paths inside jobs. Where the service may (it runs as root and `unshare` exists), the
-supervisor starts in a private mount namespace with a tmpfs at `/pfs` holding only the
-user's home (read-write) at `/pfs/<dc>/home/<user>` and the datacenter's public area
-(read-only) at `/pfs/<dc>/public`: a program that reads `/pfs/<dc>/home/<user>/...` runs
-unchanged and sees no other user's files. Elsewhere (`pfs_mount: off`, or not root) jobs
-get the real directories in `PADDLE_CLOUD_PFS_HOME` and `PADDLE_CLOUD_OUTPUT` and must
-use those variables instead of spelling `/pfs/...` paths.
+Sandboxes. Where bubblewrap is installed (`jobs.sandbox: auto`, the default) every worker
+runs in a sandbox of its own (services/common/sandbox.py) as an unprivileged uid of the
+user's own (`uids.py`), seeing the system and its Python read-only, its package, its
+user's PFS home read-write at `/pfs/<dc>/home/<user>` and `/pfs/<dc>/public` read-only,
+and nothing else of the machine: a program that reads `/pfs/<dc>/home/<user>/...` runs
+unchanged. The user's home is given to that uid (the pfs service keeps new files so).
+With cgroups (`jobs.limits: auto`), each worker's memory, cpu and pids are limited
+(`cgroups.py`). GPUs are handed out by `gpus.py`. Without a sandbox (`jobs.sandbox: off`,
+or no bwrap) jobs run as the service's user and get the real directories in
+`PADDLE_CLOUD_PFS_HOME` and `PADDLE_CLOUD_OUTPUT`: the service says so once at start.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from typing import Any
 
 import structlog
 
+from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.config import Config
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
+from paddlecloud.common.sandbox import Bind, chown_tree
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES
 from paddlecloud.pfs.paths import PfsPath, Root, parse_path
@@ -46,20 +51,23 @@ from ..backend import (
     Launch,
     LogLine,
     LogQuery,
+    NotYet,
     Observation,
     ObservedEvent,
+    StartFailed,
     WorkerInfo,
 )
-from .plan import Mount, Plan, build_plan
+from ..spec import JobSpec
+from . import cgroups
+from .gpus import GpuPool, discover
+from .plan import CgroupPlan, Plan, SandboxPlan, build_plan
+from .uids import UidMap, UidsExhausted
 
 log = structlog.get_logger(__name__)
 
-PFS_MOUNT_BASE = "/pfs"
 SUPERVISOR_MODULE = "paddlecloud.jobs.local.supervisor"
-
-
-class StartFailed(Exception):
-    """The job cannot start; the message says why, for the user."""
+# Where a sandboxed worker sees a package that was an archive (unpacked for the job).
+PACKAGE_TARGET = "/job/package"
 
 
 @dataclass
@@ -81,25 +89,53 @@ class LocalBackend(Backend):
         self._root = root
         self._work_dir = config.jobs.work_dir.expanduser().absolute()
         self._log_poll = config.jobs.log_poll_seconds
-        self._mount_pfs = False
+        self._sandbox = sandboxes.Sandbox(None, None, os.geteuid() == 0)
+        self._hierarchy: cgroups.Hierarchy | None = None
+        self._uids = UidMap(
+            self._work_dir / "uids.json", config.jobs.sandbox_uid_base, config.jobs.sandbox_uid_count
+        )
+        self._gpus = GpuPool([])
         self._children: set[asyncio.Task[None]] = set()
         self._seen: dict[str, _Seen] = {}
 
     @property
-    def mounts_pfs(self) -> bool:
-        return self._mount_pfs
+    def sandboxed(self) -> bool:
+        return self._sandbox.enabled
+
+    @property
+    def limits_enforced(self) -> bool:
+        return self._hierarchy is not None
 
     async def open(self) -> None:
         self._work_dir.mkdir(parents=True, exist_ok=True)
-        wanted = self._config.jobs.pfs_mount
-        able = os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("mount") is not None
-        if wanted == "on" and not able:
-            raise RuntimeError("jobs.pfs_mount is 'on' but this service is not root or lacks unshare/mount")
-        self._mount_pfs = wanted != "off" and able
-        if self._mount_pfs:
-            # The mount point must exist on the host; what is mounted on it stays private.
-            os.makedirs(PFS_MOUNT_BASE, mode=0o755, exist_ok=True)
-        log.info("local backend ready", work_dir=str(self._work_dir), pfs_mount=self._mount_pfs)
+        # Job directories hold what the platform keeps about jobs; no job reads them whole.
+        os.chmod(self._work_dir, 0o711)  # noqa: S103 - traversable, not listable
+        jobs = self._config.jobs
+        try:
+            self._sandbox = sandboxes.detect(jobs.sandbox, "jobs")
+        except sandboxes.SandboxUnavailable as exc:
+            raise RuntimeError(f"jobs.sandbox is 'required': {exc}") from None
+        if jobs.limits != "off":
+            self._hierarchy = await asyncio.to_thread(cgroups.detect)
+            if self._hierarchy is None and jobs.limits == "required":
+                raise RuntimeError("jobs.limits is 'required' but this service cannot make cgroups here")
+        self._gpus = GpuPool(await asyncio.to_thread(discover, jobs.gpus))
+        if not self._sandbox.enabled:
+            log.warning(
+                "jobs_not_sandboxed",
+                detail="jobs run as this service's user and can read what it can: install bubblewrap",
+            )
+        if self._hierarchy is None:
+            log.warning(
+                "job_limits_advisory", detail="cpu, memory and pids limits are not enforced (no cgroups)"
+            )
+        log.info(
+            "local_backend_ready",
+            work_dir=str(self._work_dir),
+            sandbox=self._sandbox.describe(),
+            limits=self._hierarchy.describe() if self._hierarchy else "advisory",
+            gpus=self._gpus.devices,
+        )
 
     async def close(self) -> None:
         # Only the reaping tasks: the supervisors themselves keep running.
@@ -107,18 +143,52 @@ class LocalBackend(Backend):
             task.cancel()
         await asyncio.gather(*self._children, return_exceptions=True)
 
+    # -- resources -------------------------------------------------------------------
+
+    def refusal(self, spec: JobSpec) -> str | None:
+        return self._gpus.refusal(spec.gpu, spec.trainers)
+
+    def capacity(self) -> dict[str, Any]:
+        limits = "enforced" if self._hierarchy is not None else "advisory"
+        return {
+            "gpus": self._gpus.total,
+            "gpus_free": len(self._gpus.free()),
+            "limits": limits,
+            "limits_detail": (
+                f"cpu, memory and pids of each worker are limited ({self._hierarchy.describe()})"
+                if self._hierarchy is not None
+                else "cpu and memory are counted against your quota but not enforced on this machine"
+            ),
+            "sandbox": self._sandbox.describe(),
+        }
+
+    def devices(self, job: Job) -> dict[str, list[str]]:
+        return self._gpus.held_by(job.id)
+
+    def attach(self, job: Job) -> None:
+        held = job.backend.get("gpus")
+        if isinstance(held, dict) and held:
+            self._gpus.hold(job.id, {str(w): [str(d) for d in ds] for w, ds in held.items()})
+
     # -- start -----------------------------------------------------------------------
 
     async def start(self, launch: Launch) -> dict[str, Any]:
-        job = launch.job
+        job, spec = launch.job, launch.spec
+        wanted = {f"trainer-{i}": spec.gpu for i in range(spec.trainers)} if spec.gpu else {}
+        given = self._gpus.take(job.id, wanted) if wanted else {}
+        if given is None:
+            free = len(self._gpus.free())
+            raise NotYet(
+                f"waiting for GPUs: the job needs {spec.gpu * spec.trainers}, "
+                f"{free} of this machine's {self._gpus.total} are free"
+            )
         job_dir = self._work_dir / job.owner / job.id
         try:
-            plan = await asyncio.to_thread(self._prepare, launch, job_dir)
-        except (OSError, tarfile.TarError, zipfile.BadZipFile, ValueError) as exc:
+            plan = await asyncio.to_thread(self._prepare, launch, job_dir, given)
+        except (OSError, tarfile.TarError, zipfile.BadZipFile, ValueError, UidsExhausted) as exc:
+            self._gpus.release(job.id)
             raise StartFailed(f"cannot prepare the job: {exc}") from exc
         argv = [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir)]
-        if plan.mounts:
-            argv = ["unshare", "--mount", "--propagation", "private", "--", *argv]
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
@@ -130,36 +200,66 @@ class LocalBackend(Backend):
         reaper = asyncio.create_task(self._reap(proc), name=f"reap-supervisor-{job.id}")
         self._children.add(reaper)
         reaper.add_done_callback(self._children.discard)
-        log.info("job started", job=job.name, owner=job.owner, supervisor=proc.pid, job_dir=str(job_dir))
-        return {"name": self.name, "job_dir": str(job_dir), "supervisor_pid": proc.pid}
+        log.info(
+            "job_started",
+            job=job.name,
+            owner=job.owner,
+            supervisor=proc.pid,
+            job_dir=str(job_dir),
+            sandboxed=plan.sandbox is not None,
+        )
+        return {"name": self.name, "job_dir": str(job_dir), "supervisor_pid": proc.pid, "gpus": given}
 
     @staticmethod
     async def _reap(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
-    def _prepare(self, launch: Launch, job_dir: Path) -> Plan:
+    def _prepare(self, launch: Launch, job_dir: Path, devices: dict[str, list[str]]) -> Plan:
         job, spec = launch.job, launch.spec
         job_dir.mkdir(parents=True, exist_ok=False)
         package = self._package_dir(launch, job_dir)
         output = self._make_output(launch.output)
-        mounts: list[Mount] = []
-        if self._mount_pfs:
+        env = dict(spec.env)
+        python = launch.python
+        boxed: SandboxPlan | None = None
+        if self._sandbox.enabled:
+            uid = self._uids.uid_for(job.owner) if self._sandbox.switches_uid else os.geteuid()
+            home = self._root.root / "home" / job.owner
+            self._root.ensure_home(job.owner)
+            if self._sandbox.switches_uid:
+                # The home becomes the user's uid's once; pfs keeps what it adds there so.
+                if os.lstat(home).st_uid != uid:
+                    chown_tree(home, uid, uid)
+                if launch.package_kind != "dir":
+                    chown_tree(package, uid, uid)
             dc = launch.datacenter
-            home_target = f"{PFS_MOUNT_BASE}/{dc}/home/{job.owner}"
-            mounts = [
-                Mount("tmpfs", PFS_MOUNT_BASE, fstype="tmpfs"),
-                Mount(str(self._root.root / "home" / job.owner), home_target),
-                Mount(str(self._root.root / "public"), f"{PFS_MOUNT_BASE}/{dc}/public", readonly=True),
+            binds = [
+                Bind(str(home), f"/pfs/{dc}/home/{job.owner}", writable=True),
+                Bind(str(self._root.root / "public"), f"/pfs/{dc}/public"),
             ]
-            pfs_home, output_path = launch.pfs_home, launch.output
-            input_path = launch.input
+            package_seen = launch.package
+            if launch.package_kind != "dir":
+                binds.append(Bind(str(package), PACKAGE_TARGET, writable=True))
+                package_seen = PACKAGE_TARGET
+            if python is not None:
+                # A built environment, read-only at its real path (envs/<key> is a link).
+                env_dir = os.path.realpath(os.path.dirname(os.path.dirname(python)))
+                binds.append(Bind(env_dir, env_dir))
+                python = os.path.join(env_dir, "bin", "python")
+            boxed = SandboxPlan(uid=uid, gid=uid, binds=tuple(binds), package_host=str(package))
+            pfs_home, output_path, input_path = launch.pfs_home, launch.output, launch.input
+            package_dir = package_seen
         else:
             pfs_home = str(self._root.root / "home" / job.owner)
             output_path = str(output)
             input_path = None if launch.input is None else str(self._host_path(launch.input))
-        env = dict(spec.env)
+            package_dir = str(package)
         if input_path is not None:
             env["PADDLE_CLOUD_INPUT"] = input_path
+        limits = None
+        if self._hierarchy is not None:
+            h = self._hierarchy
+            limits = CgroupPlan(h.version, str(h.root), h.parent, job.id, self._config.jobs.pids_max)
         ports = free_ports(spec.pservers + spec.trainers + 1)
         plan = build_plan(
             job_name=spec.name,
@@ -167,7 +267,7 @@ class LocalBackend(Backend):
             datacenter=launch.datacenter,
             pfs_home=pfs_home,
             output=output_path,
-            package_dir=str(package),
+            package_dir=package_dir,
             entry=spec.entry,
             trainers=spec.trainers,
             pservers=spec.pservers,
@@ -180,8 +280,14 @@ class LocalBackend(Backend):
             master_port=ports[-1],
             devices_per_trainer=max(spec.gpu, 1),
             grace_seconds=self._config.jobs.grace_seconds,
-            mounts=mounts,
-            python=launch.python,
+            sandbox=boxed,
+            cgroups=limits,
+            resources={
+                "PSERVER": (spec.psmemory_bytes, spec.pscpu_milli),
+                "TRAINER": (spec.memory_bytes, spec.cpu_milli),
+            },
+            devices=devices,
+            python=python,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         return plan
@@ -223,6 +329,7 @@ class LocalBackend(Backend):
             with self._root.parent_fd(step) as (parent, name):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=parent)
+                    self._root.adopt(step, parent, name)
                 if not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
                     raise NotADirectoryError(f"{step} is in the way of the output directory {path}")
         return self._host_path(text)
@@ -355,8 +462,9 @@ class LocalBackend(Backend):
         return seen.events
 
     def forget(self, job: Job) -> None:
-        """Drop what `observe` cached for a job that is final."""
+        """Drop what `observe` cached for a job that is final, and give back its GPUs."""
         self._seen.pop(job.id, None)
+        self._gpus.release(job.id)
 
     async def workers(self, job: Job) -> list[WorkerInfo]:
         state = self._read_state(job) or {}
@@ -374,6 +482,7 @@ class LocalBackend(Backend):
                     started_at=w.get("started_at"),
                     exit_code=w.get("exit_code"),
                     host=socket.gethostname(),
+                    devices=worker.devices,
                 )
             )
         return result

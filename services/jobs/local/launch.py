@@ -1,4 +1,4 @@
-"""Worker launcher: `python -m paddlecloud.jobs.local.launch SUPERVISOR_PID ARGV...`.
+"""Worker launcher: `python -m paddlecloud.jobs.local.launch SUPERVISOR_PID [--cgroup DIR]... -- ARGV...`.
 
 The supervisor starts every worker through this small process, which leads the
 worker's process group and stays its parent:
@@ -12,6 +12,9 @@ worker's process group and stays its parent:
   under it. On a stop (SIGTERM to the group, which every member gets) it exits only once
   all of them have, so the supervisor's grace period covers the real program, not just
   the shell in front of it.
+- ARGV starts in each `--cgroup` group (the worker's limits): the child joins them
+  between fork and exec, so the program is charged from its first instruction and the
+  launcher itself is not.
 - It exits with the status of ARGV (death by signal N as death by signal N), so the
   supervisor sees the program's own exit.
 """
@@ -32,10 +35,17 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 def main(argv: list[str]) -> int:
     """Start ARGV under this process and wait for it; its exit status is ours."""
-    if len(argv) < 2:
-        print("usage: python -m paddlecloud.jobs.local.launch SUPERVISOR_PID ARGV...", file=sys.stderr)
+    usage = "usage: python -m paddlecloud.jobs.local.launch SUPERVISOR_PID [--cgroup DIR]... -- ARGV..."
+    if len(argv) < 3 or "--" not in argv:
+        print(usage, file=sys.stderr)
         return 2
     supervisor_pid = int(argv[0])
+    split = argv.index("--")
+    options, command = argv[1:split], argv[split + 1 :]
+    if not command or len(options) % 2 or any(flag != "--cgroup" for flag in options[::2]):
+        print(usage, file=sys.stderr)
+        return 2
+    groups = options[1::2]
     stopping = False
 
     def on_stop(signum: int, frame: FrameType | None) -> None:
@@ -58,11 +68,9 @@ def main(argv: list[str]) -> int:
     # The supervisor may have died before the death signal was armed.
     if os.getppid() != supervisor_pid:
         return 1
-    try:
-        child = os.posix_spawnp(argv[1], argv[1:], os.environ)
-    except OSError as exc:
-        print(f"paddlecloud: cannot run {argv[1]}: {exc.strerror}", file=sys.stderr)
-        return 127
+    child = os.fork()
+    if child == 0:
+        _exec_in(groups, command)  # never returns
 
     status: int | None = None
     while True:
@@ -75,6 +83,22 @@ def main(argv: list[str]) -> int:
         if status is not None and not stopping:
             break  # it finished on its own; the supervisor sweeps what it left in the group
     return _exit_like(status)
+
+
+def _exec_in(groups: list[str], command: list[str]) -> None:
+    """In the forked child: join the worker's cgroups, restore default signal
+    dispositions, and become the worker's program."""
+    try:
+        for group in groups:
+            with open(os.path.join(group, "cgroup.procs"), "w", encoding="ascii") as f:
+                f.write("0")
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.execvp(command[0], command)  # noqa: S606 - the worker's own argv
+    except OSError as exc:
+        print(f"paddlecloud: cannot run {command[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+    finally:
+        os._exit(127)
 
 
 def _exit_like(status: int | None) -> int:

@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..contract import (
-    RESERVED_ENV,
-)
+from paddlecloud.common.sandbox import Bind
+
+from ..contract import RESERVED_ENV
 
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_PORT_TIMEOUT_SECONDS = 120.0
@@ -65,12 +65,16 @@ class Worker:
     env: Mapping[str, str]
     host: str = "127.0.0.1"
     port: int | None = None  # parameter servers: where the supervisor waits for them
+    memory_bytes: int | None = None  # enforced with cgroups where the plan has them
+    cpu_milli: int | None = None
+    devices: tuple[str, ...] = ()  # the GPUs this worker holds
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["role"] = self.role.value
         data["argv"] = list(self.argv)
         data["env"] = dict(self.env)
+        data["devices"] = list(self.devices)
         return data
 
     @classmethod
@@ -84,30 +88,67 @@ class Worker:
             env={str(k): str(v) for k, v in data["env"].items()},
             host=str(data.get("host", "127.0.0.1")),
             port=None if data.get("port") is None else int(data["port"]),
+            memory_bytes=_opt_int(data.get("memory_bytes")),
+            cpu_milli=_opt_int(data.get("cpu_milli")),
+            devices=tuple(str(d) for d in data.get("devices", ())),
+        )
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    """How the supervisor sandboxes every worker (services/common/sandbox.py): as `uid`,
+    seeing `binds` (the user's PFS home and public, the unpacked package) besides the
+    system and the Python environment. `package_host` is where the package really is,
+    for the supervisor's own work; the workers see it at their `cwd`."""
+
+    uid: int
+    gid: int
+    binds: tuple[Bind, ...]
+    package_host: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "gid": self.gid,
+            "binds": [b.to_dict() for b in self.binds],
+            "package_host": self.package_host,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SandboxPlan:
+        return cls(
+            uid=int(data["uid"]),
+            gid=int(data["gid"]),
+            binds=tuple(Bind.from_dict(b) for b in data["binds"]),
+            package_host=str(data["package_host"]),
         )
 
 
 @dataclass(frozen=True)
-class Mount:
-    """A mount the supervisor makes in its private mount namespace before any worker
-    starts: a bind mount of `source` on `target`, or a fresh filesystem of `fstype`."""
+class CgroupPlan:
+    """Where the supervisor makes each worker's group: `<root>/<parent>/<job>/<worker>`."""
 
-    source: str
-    target: str
-    readonly: bool = False
-    fstype: str | None = None
+    version: int
+    root: str
+    parent: str
+    job: str
+    pids_max: int
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Mount:
-        fstype = data.get("fstype")
+    def from_dict(cls, data: Mapping[str, Any]) -> CgroupPlan:
         return cls(
-            source=str(data["source"]),
-            target=str(data["target"]),
-            readonly=bool(data.get("readonly", False)),
-            fstype=None if fstype is None else str(fstype),
+            int(data["version"]),
+            str(data["root"]),
+            str(data["parent"]),
+            str(data["job"]),
+            int(data["pids_max"]),
         )
 
 
@@ -121,8 +162,9 @@ class Plan:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS
     restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS
-    # Made in order, in the supervisor's private mount namespace (see `Mount`).
-    mounts: tuple[Mount, ...] = ()
+    # None: workers run unsandboxed, as the supervisor's user, with no limits.
+    sandbox: SandboxPlan | None = None
+    cgroups: CgroupPlan | None = None
     # The interpreter `python` means for the workers (first on their PATH): a built
     # environment's, or None for the platform's own.
     python: str | None = None
@@ -143,7 +185,8 @@ class Plan:
             "grace_seconds": self.grace_seconds,
             "port_timeout_seconds": self.port_timeout_seconds,
             "restart_delay_seconds": self.restart_delay_seconds,
-            "mounts": [m.to_dict() for m in self.mounts],
+            "sandbox": None if self.sandbox is None else self.sandbox.to_dict(),
+            "cgroups": None if self.cgroups is None else self.cgroups.to_dict(),
             "python": self.python,
         }
 
@@ -156,7 +199,8 @@ class Plan:
             grace_seconds=float(data.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
             port_timeout_seconds=float(data.get("port_timeout_seconds", DEFAULT_PORT_TIMEOUT_SECONDS)),
             restart_delay_seconds=float(data.get("restart_delay_seconds", DEFAULT_RESTART_DELAY_SECONDS)),
-            mounts=tuple(Mount.from_dict(m) for m in data.get("mounts", ())),
+            sandbox=None if data.get("sandbox") is None else SandboxPlan.from_dict(data["sandbox"]),
+            cgroups=None if data.get("cgroups") is None else CgroupPlan.from_dict(data["cgroups"]),
             python=None if data.get("python") is None else str(data["python"]),
         )
 
@@ -184,7 +228,10 @@ def build_plan(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS,
     restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS,
-    mounts: Sequence[Mount] = (),
+    sandbox: SandboxPlan | None = None,
+    cgroups: CgroupPlan | None = None,
+    resources: Mapping[str, tuple[int, int]] | None = None,
+    devices: Mapping[str, Sequence[str]] | None = None,
     python: str | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
@@ -192,7 +239,10 @@ def build_plan(
 
     `ports` holds one free port per parameter server, `trainer_ports` one per trainer
     (their fleet endpoints) and `master_port` the PyTorch/Kubeflow rendezvous port; the
-    caller allocates them all. Raises ValueError on inconsistent counts or on a user
+    caller allocates them all. `resources` maps a role (PSERVER, TRAINER) to its
+    (memory bytes, cpu millicores) per worker; `devices` maps a worker's name to the GPUs
+    it holds, which it sees in `CUDA_VISIBLE_DEVICES` (every other worker sees none).
+    Raises ValueError on inconsistent counts or on a user
     variable that would override the contract.
     """
     if trainers < 1:
@@ -251,6 +301,10 @@ def build_plan(
             "PADDLE_CURRENT_ENDPOINT": f"{host}:{own_port}",
             "PADDLE_PORT": str(own_port),
         }
+        name = f"{role.value.lower()}-{index}"
+        held = tuple((devices or {}).get(name, ()))
+        own["CUDA_VISIBLE_DEVICES"] = ",".join(held)
+        own["NVIDIA_VISIBLE_DEVICES"] = ",".join(held) or "void"
         if role is Role.TRAINER:
             own |= {
                 "MASTER_ADDR": host,
@@ -260,8 +314,9 @@ def build_plan(
                 "LOCAL_RANK": str(index),
                 "LOCAL_WORLD_SIZE": str(trainers),
             }
+        memory, cpu = (resources or {}).get(role.value, (None, None))
         return Worker(
-            name=f"{role.value.lower()}-{index}",
+            name=name,
             role=role,
             index=index,
             argv=argv,
@@ -269,6 +324,9 @@ def build_plan(
             env={**env, **shared, **own},
             host=host,
             port=own_port if role is Role.PSERVER else None,
+            memory_bytes=memory,
+            cpu_milli=cpu,
+            devices=held,
         )
 
     first_pserver_port = ports[0] if ports else None
@@ -281,6 +339,7 @@ def build_plan(
         grace_seconds=grace_seconds,
         port_timeout_seconds=port_timeout_seconds,
         restart_delay_seconds=restart_delay_seconds,
-        mounts=tuple(mounts),
+        sandbox=sandbox,
+        cgroups=cgroups,
         python=python,
     )

@@ -38,8 +38,8 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,9 +48,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .plan import Mount, Plan, Role, Worker
+from paddlecloud.common import sandbox
+from paddlecloud.common.quantity import format_bytes
+from paddlecloud.common.sandbox import Bind, View
+
+from .cgroups import Hierarchy, Limits
+from .plan import Plan, Role, Worker
 
 PORT_POLL_SECONDS = 0.1
+# Where a sandboxed worker finds its own working directory (the package mirrored).
+WORKDIR = "/job/work"
+# Device nodes a worker with GPUs needs besides its own: the driver's control nodes.
+NVIDIA_SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 MAX_RESTART_DELAY_SECONDS = 30.0
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
@@ -86,9 +95,12 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def describe_exit(status: int) -> str:
-    """`exited with 137 (killed, often out of memory — raise -memory)` and the like."""
+def describe_exit(status: int, out_of_memory: str | None = None) -> str:
+    """`exited with 137 (killed, often out of memory — raise -memory)` and the like;
+    `out_of_memory` is what the worker's cgroup knows, when it knows it was that."""
     text = f"exited with {status}"
+    if out_of_memory is not None:
+        return f"{text} ({out_of_memory})"
     if status > 128:
         try:
             sig = signal.Signals(status - 128)
@@ -145,15 +157,21 @@ def write_atomically(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
-def prepare_workdir(workdir: Path, package: Path, *, trainer_id: int, trainer_count: int) -> None:
-    """Mirror `package` in `workdir` with symlinks and add the worker's own id files."""
+def prepare_workdir(
+    workdir: Path, package: Path, *, trainer_id: int, trainer_count: int, seen_at: str | None = None
+) -> None:
+    """Mirror `package` in `workdir` with symlinks and add the worker's own id files.
+
+    The links point into `seen_at`, where the worker sees the package (its sandbox's
+    path for it), or into `package` itself."""
     workdir.mkdir(parents=True, exist_ok=True)
     own = {"trainer_id": str(trainer_id), "trainer_count": str(trainer_count)}
+    target = Path(seen_at) if seen_at is not None else package.absolute()
     with os.scandir(package) as entries:
         for entry in entries:
             link = workdir / entry.name
             if entry.name not in own and not link.is_symlink():
-                link.symlink_to(Path(entry.path).absolute())
+                link.symlink_to(target / entry.name)
     for name, value in own.items():
         write_atomically(workdir / name, value + "\n")
 
@@ -176,6 +194,13 @@ class JobSupervisor:
         self._port_deadline = 0.0
         # Where a worker that is stopped, not failed, ends: KILLED unless the job succeeded.
         self._stopped_as = WorkerState.KILLED
+        self._sandbox = sandbox.detect("required", "jobs") if plan.sandbox is not None else None
+        self._hierarchy = (
+            Hierarchy(plan.cgroups.version, Path(plan.cgroups.root), plan.cgroups.parent)  # type: ignore[arg-type]
+            if plan.cgroups is not None
+            else None
+        )
+        self._oom: dict[str, str | None] = {}
 
     # -- the job ---------------------------------------------------------------------
 
@@ -204,18 +229,27 @@ class JobSupervisor:
             state, reason = JobState.KILLED, "killed: the supervisor was told to stop"
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        # Workers' private /tmp goes with them; logs and output stay.
+        shutil.rmtree(self._job_dir / "tmp", ignore_errors=True)
         self._finish(state, reason)
         return state
 
     async def _run_job(self) -> tuple[JobState, str]:
         """Parameter servers, then trainers once every server accepts connections."""
+        boxed = self._plan.sandbox
         for worker in self._plan.workers:
             prepare_workdir(
                 self._workdir(worker),
-                Path(worker.cwd),
+                Path(boxed.package_host if boxed else worker.cwd),
                 trainer_id=worker.index,
                 trainer_count=len(self._plan.trainers),
+                seen_at=worker.cwd if boxed else None,
             )
+            if boxed is not None:
+                tmp = self._tmpdir(worker)
+                tmp.mkdir(parents=True, exist_ok=True)
+                for path in (self._workdir(worker), tmp):
+                    os.lchown(path, boxed.uid, boxed.gid)
         loop = asyncio.get_running_loop()
         self._port_deadline = loop.time() + self._plan.port_timeout_seconds
         tasks: dict[asyncio.Task[str | None], Worker] = {}
@@ -287,7 +321,7 @@ class JobSupervisor:
                     self._update(status, WorkerState.SUCCEEDED)
                     self._event("Normal", "WorkerSucceeded", f"{worker.name} exited 0")
                     return None
-                how = describe_exit(code)
+                how = describe_exit(code, self._oom.get(worker.name))
                 if worker.role is Role.PSERVER and code == 0:
                     how += " while the job was running"
                 if status.restarts >= self._plan.max_restarts:
@@ -328,6 +362,9 @@ class JobSupervisor:
             return await proc.wait(), None
         finally:
             await self._stop_process(worker, proc)
+            self._oom[worker.name] = self._out_of_memory(worker)
+            if self._hierarchy is not None:
+                self._hierarchy.remove(self._cgroup_of(worker))
 
     async def _wait_for_port(self, worker: Worker, proc: asyncio.subprocess.Process) -> str | None:
         """Poll the server's port until it accepts, the process exits, or the deadline passes."""
@@ -358,17 +395,24 @@ class JobSupervisor:
         env["PATH"] = os.pathsep.join(filter(None, (os.path.dirname(python), env.get("PATH"))))
         if self._plan.python is not None:
             env["VIRTUAL_ENV"] = os.path.dirname(os.path.dirname(python))
+        argv = list(worker.argv)
+        if self._plan.sandbox is not None:
+            # Inside, home is the private /tmp: the supervisor's own HOME is not there.
+            user = worker.env.get("PADDLE_CLOUD_USER", "paddlecloud")
+            env.update(HOME="/tmp", TMPDIR="/tmp", USER=user, LOGNAME=user)  # noqa: S108 - the sandbox's private /tmp
+            assert self._sandbox is not None
+            argv = self._sandbox.wrap(self._view(worker), argv)
         env.update(worker.env)
+        launcher = [sys.executable, "-E", "-m", "paddlecloud.jobs.local.launch", str(os.getpid())]
+        for group in self._make_cgroup(worker):
+            launcher += ["--cgroup", str(group)]
         # The child gets its own copy of the descriptor; ours is closed once it exists.
         log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             return await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-E",
-                "-m",
-                "paddlecloud.jobs.local.launch",
-                str(os.getpid()),
-                *worker.argv,
+                *launcher,
+                "--",
+                *argv,
                 cwd=self._workdir(worker),
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -378,6 +422,52 @@ class JobSupervisor:
             )
         finally:
             os.close(log)
+
+    def _view(self, worker: Worker) -> View:
+        """What a sandboxed worker sees: the plan's binds, its own working directory at
+        WORKDIR, its id files at the root, its own /tmp, and its GPUs' device nodes."""
+        boxed = self._plan.sandbox
+        assert boxed is not None
+        workdir = self._workdir(worker)
+        binds = [
+            *boxed.binds,
+            Bind(str(workdir), WORKDIR, writable=True),
+            Bind(str(workdir / "trainer_id"), "/trainer_id"),
+            Bind(str(workdir / "trainer_count"), "/trainer_count"),
+        ]
+        if worker.devices:
+            binds += [Bind(node, node, writable=True, device=True) for node in nvidia_nodes()]
+        return View(
+            uid=boxed.uid, gid=boxed.gid, binds=tuple(binds), cwd=WORKDIR, tmp=str(self._tmpdir(worker))
+        )
+
+    def _make_cgroup(self, worker: Worker) -> list[Path]:
+        """A fresh group with the worker's limits for this run of it (none without cgroups)."""
+        if self._hierarchy is None:
+            return []
+        limits = Limits(
+            worker.memory_bytes, worker.cpu_milli, self._plan.cgroups.pids_max if self._plan.cgroups else None
+        )
+        relative = self._cgroup_of(worker)
+        self._hierarchy.remove(relative, timeout=0)  # a previous run's, if the kernel still had it
+        return self._hierarchy.create(relative, limits)
+
+    def _cgroup_of(self, worker: Worker) -> str:
+        assert self._plan.cgroups is not None
+        return f"{self._plan.cgroups.job}/{worker.name}"
+
+    def _out_of_memory(self, worker: Worker) -> str | None:
+        """'out of memory: used X of Y; raise -memory' if the worker's group saw an OOM kill."""
+        if self._hierarchy is None:
+            return None
+        usage = self._hierarchy.usage(self._cgroup_of(worker))
+        if not usage.oom_kills:
+            return None
+        flag = "-psmemory" if worker.role is Role.PSERVER else "-memory"
+        limit = usage.limit_bytes or worker.memory_bytes
+        used = format_bytes(usage.peak_bytes) if usage.peak_bytes is not None else "all"
+        of = f" of {format_bytes(limit)}" if limit is not None else ""
+        return f"out of memory: used {used}{of}; raise {flag}"
 
     async def _stop_process(self, worker: Worker, proc: asyncio.subprocess.Process) -> None:
         """SIGTERM the worker's group, SIGKILL it after the grace; then sweep what is left in it."""
@@ -406,6 +496,9 @@ class JobSupervisor:
 
     def _workdir(self, worker: Worker) -> Path:
         return self._job_dir / "work" / worker.name
+
+    def _tmpdir(self, worker: Worker) -> Path:
+        return self._job_dir / "tmp" / worker.name
 
     def _log_path(self, worker: Worker) -> Path:
         return self._logs / f"{worker.name}.log"
@@ -452,6 +545,18 @@ class JobSupervisor:
         write_atomically(self._job_dir / "state.json", json.dumps(state, indent=2) + "\n")
 
 
+def nvidia_nodes() -> list[str]:
+    """The NVIDIA device nodes on this machine. All GPUs' nodes are bound: CUDA numbers
+    devices by what it can open, so a worker keeps the machine's numbering, and
+    CUDA_VISIBLE_DEVICES narrows it to the worker's own."""
+    try:
+        names = os.listdir("/dev")
+    except OSError:
+        return []
+    nodes = [n for n in names if n.startswith("nvidia") and (n[6:].isdigit() or n in NVIDIA_SHARED_NODES)]
+    return [f"/dev/{n}" for n in sorted(nodes)]
+
+
 async def _accepts(host: str, port: int) -> bool:
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PORT_POLL_SECONDS * 10)
@@ -496,34 +601,14 @@ def main(argv: list[str] | None = None) -> int:
         return _refuse(job_dir, f"plan.json lacks the field {exc}")
     except (OSError, ValueError, TypeError) as exc:
         return _refuse(job_dir, f"cannot read plan.json: {exc}")
-    try:
-        make_mounts(plan.mounts)
-    except OSError as exc:
-        return _refuse(job_dir, f"cannot make the job's mounts: {exc}")
+    if plan.sandbox is not None:
+        try:
+            sandbox.detect("required", "jobs")
+        except sandbox.SandboxUnavailable as exc:
+            return _refuse(job_dir, str(exc))
     state = asyncio.run(JobSupervisor(job_dir, plan).run())
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
-
-
-def make_mounts(mounts: Iterable[Mount]) -> None:
-    """Make the plan's mounts. Only ever called in a private mount namespace (the jobs
-    service starts the supervisor under `unshare --mount --propagation private`), so
-    nothing here is seen outside the job."""
-    for mount in mounts:
-        Path(mount.target).mkdir(parents=True, exist_ok=True)
-        if mount.fstype is not None:
-            command = ["mount", "-t", mount.fstype, "-o", "mode=0755", mount.source, mount.target]
-        else:
-            command = ["mount", "--bind", mount.source, mount.target]
-        _run_mount(command)
-        if mount.readonly:
-            _run_mount(["mount", "-o", "remount,bind,ro", mount.target])
-
-
-def _run_mount(command: list[str]) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise OSError(f"{' '.join(command)}: {done.stderr.strip() or f'exit {done.returncode}'}")
 
 
 def _refuse(job_dir: Path, reason: str) -> int:

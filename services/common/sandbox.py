@@ -1,0 +1,245 @@
+"""Sandboxes for user code on one machine: bubblewrap namespaces, an unprivileged uid, a chosen view.
+
+Jobs' workers and the builder's pip runs execute code that a platform user wrote or
+named. Each such process runs under Debian's `bwrap` (bubblewrap) with its own mount,
+PID, IPC and UTS namespaces, and under `setpriv` as an unprivileged uid with no
+capabilities, no supplementary groups and `no_new_privs` (so no set-uid program in the
+system can raise it again). What it sees is only what a `View` lists:
+
+- the system read-only (`/usr`, `/etc`, and `/bin`, `/lib`... as on the host);
+- the Python environment it runs with, read-only, at its own path; the directories
+  above such a path are made traversable (0711) but not listable, so a Python that lives
+  under `/root` is reachable while `/root` itself shows nothing;
+- the directories the caller binds (a PFS home read-write, public read-only, ...);
+- a fresh `/proc` of its own PID namespace (no host process is visible), a minimal
+  `/dev`, a private `/dev/shm`.
+
+The network namespace is the host's: a job's workers reach each other on loopback.
+
+Why bwrap as root plus setpriv, rather than bwrap in a user namespace: as root, bwrap
+needs no unprivileged user namespaces (which some distributions restrict), and the
+process really runs as the unprivileged uid on the host, so files it writes are owned by
+that uid and the kernel's ordinary permission checks apply to it. A service that is not
+root cannot switch uids: there bwrap makes a user namespace itself, and the sandbox
+still hides everything it does not bind, but its processes keep the service's uid.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+SandboxMode = Literal["auto", "required", "off"]
+# The host's top-level system directories a sandbox sees read-only (a symlink stays one).
+# The platform's packages, found wherever they are installed (an editable install keeps
+# them in the source tree, which must not be bound whole: a demo's data may live there).
+PLATFORM_PACKAGES = ("paddlecloud", "paddlecloud.common", "paddlecloud.jobs", "paddlecloud.pfs")
+SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configuration requires a sandbox that this machine cannot make."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """`source` on the host appears at `target` inside; read-only unless `writable`."""
+
+    source: str
+    target: str
+    writable: bool = False
+    device: bool = False  # a device node (GPUs): bound with device access
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "writable": self.writable,
+            "device": self.device,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Bind:
+        return cls(
+            str(data["source"]),
+            str(data["target"]),
+            bool(data.get("writable", False)),
+            bool(data.get("device", False)),
+        )
+
+
+@dataclass(frozen=True)
+class View:
+    """What one sandboxed process sees and who it runs as."""
+
+    uid: int
+    gid: int
+    binds: tuple[Bind, ...] = ()
+    cwd: str = "/"
+    tmp: str | None = None  # a host directory for /tmp; None: a fresh tmpfs
+    extra_dirs: tuple[str, ...] = field(default_factory=tuple)  # empty directories to create
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How this machine sandboxes: `bwrap` (and `setpriv` to drop root), or nothing."""
+
+    bwrap: str | None
+    setpriv: str | None
+    root: bool  # the service runs as root, so processes can run as other uids
+
+    @property
+    def enabled(self) -> bool:
+        return self.bwrap is not None
+
+    @property
+    def switches_uid(self) -> bool:
+        return self.enabled and self.root and self.setpriv is not None
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "off: user code runs as the service's own user and sees the whole machine"
+        if self.switches_uid:
+            return "bwrap namespaces, an unprivileged uid per user"
+        return "bwrap namespaces with the service's own uid (not root: uids cannot be switched)"
+
+    def wrap(self, view: View, argv: Sequence[str]) -> list[str]:
+        """The command line that runs `argv` inside `view`."""
+        if self.bwrap is None:
+            return list(argv)
+        command = [self.bwrap, *bwrap_args(view, system_binds(), python_paths())]
+        if self.switches_uid:
+            assert self.setpriv is not None
+            command += [
+                self.setpriv,
+                *(f"--reuid={view.uid}", f"--regid={view.gid}", "--clear-groups"),
+                *("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"),
+            ]
+        return command + list(argv)
+
+
+def detect(mode: SandboxMode, what: str) -> Sandbox:
+    """The sandbox this machine can make for `what` (jobs, builds); SandboxUnavailable
+    when `mode` is `required` and it cannot."""
+    root = os.geteuid() == 0
+    if mode == "off":
+        return Sandbox(None, None, root)
+    bwrap, setpriv = shutil.which("bwrap"), shutil.which("setpriv")
+    missing = []
+    if bwrap is None:
+        missing.append("bwrap (Debian: apt-get install bubblewrap)")
+    if root and setpriv is None:
+        missing.append("setpriv (util-linux)")
+    if missing:
+        if mode == "required":
+            raise SandboxUnavailable(f"{what} need a sandbox and this machine lacks {', '.join(missing)}")
+        return Sandbox(None, None, root)
+    return Sandbox(bwrap, setpriv, root)
+
+
+def system_binds() -> list[tuple[str, str | None]]:
+    """(name, symlink target or None) for each top-level system directory on this host."""
+    found: list[tuple[str, str | None]] = []
+    for name in SYSTEM_DIRS:
+        path = Path("/") / name
+        if path.is_symlink():
+            found.append((name, os.readlink(path)))
+        elif path.is_dir():
+            found.append((name, None))
+    return found
+
+
+def python_paths() -> list[str]:
+    """Host directories that the platform's Python needs: the interpreter's installation,
+    the virtualenv, and the source directories of an editable install of paddlecloud.
+    Paths below the system directories are already visible and left out."""
+    paths = {os.path.realpath(sys.base_prefix), sys.prefix}
+    for package in PLATFORM_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            paths.add(os.path.realpath(location))
+    # One bind for a directory and everything below it.
+    kept = sorted(p for p in paths if not _under_system(p))
+    return [p for p in kept if not any(p.startswith(other + "/") for other in kept)]
+
+
+def _under_system(path: str) -> bool:
+    parts = Path(path).parts
+    return len(parts) > 1 and parts[1] in SYSTEM_DIRS
+
+
+def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Iterable[str]) -> list[str]:
+    """bwrap's arguments for `view`, up to and including its `--` (pure: tests read it).
+
+    bwrap creates a mount point's missing parents itself, but owner-only (0700), which an
+    unprivileged uid cannot pass through; so every parent is made first: 0711 above the
+    Python paths (which may be under `/root`: traversable, not listable) and 0755 above
+    the view's own binds (`/pfs/<dc>/home` and the like). Binds go from the outside in.
+    """
+    args = [
+        "--die-with-parent",
+        *("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"),
+        *("--hostname", "paddlecloud"),
+    ]
+    for name, link in system:
+        if link is not None:
+            args += ["--symlink", link, f"/{name}"]
+        else:
+            args += ["--ro-bind", f"/{name}", f"/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own, private
+    if view.tmp is None:
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own, private
+    # Parents inside /tmp are made too: a bind there (a test's environment under /tmp)
+    # would otherwise get bwrap's owner-only directories in the private /tmp.
+    mounted = {"/proc", "/dev", *(f"/{name}" for name, _ in system)}
+    made: set[str] = {"/"}
+
+    def parents(target: str, mode: str) -> list[str]:
+        out: list[str] = []
+        for parent in reversed(Path(target).parents):
+            text = str(parent)
+            inside_mount = any(text == m or text.startswith(m + "/") for m in mounted)
+            if text not in made and not inside_mount:
+                out += ["--perms", mode, "--dir", text]
+                made.add(text)
+        return out
+
+    mounts = [(p, p, "--ro-bind", "0711") for p in python]
+    for b in view.binds:
+        mounts.append(
+            (
+                b.source,
+                b.target,
+                "--dev-bind" if b.device else "--bind" if b.writable else "--ro-bind",
+                "0755",
+            )
+        )
+    if view.tmp is not None:
+        mounts.append((view.tmp, "/tmp", "--bind", "0755"))  # noqa: S108 - the sandbox's own, private
+    for directory in view.extra_dirs:
+        args += parents(directory + "/.", "0755")
+    for source, target, option, mode in sorted(mounts, key=lambda m: len(Path(m[1]).parts)):
+        args += parents(target, mode)
+        args += [option, source, target]
+        if option == "--ro-bind":  # nothing can be made inside it: what is below exists
+            mounted.add(target)
+    args += ["--chdir", view.cwd, "--"]
+    return args
+
+
+def chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Give `path` and everything below it to uid:gid, never following a symlink."""
+    os.lchown(path, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, name), uid, gid)
