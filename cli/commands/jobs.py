@@ -368,7 +368,7 @@ GPU_COLUMN: Column = ("GPUS", lambda w: ",".join(w.get("devices") or []) or "-")
 
 def worker_columns(workers: Sequence[Mapping[str, Any]]) -> list[Column]:
     """The workers' columns, with the GPUs they hold where any holds one."""
-    return WORKER_COLUMNS + [GPU_COLUMN] if any(w.get("devices") for w in workers) else WORKER_COLUMNS
+    return [*WORKER_COLUMNS, GPU_COLUMN] if any(w.get("devices") for w in workers) else WORKER_COLUMNS
 
 
 EVENT_COLUMNS: list[Column] = [

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from paddlecloud.common import sandbox
+from paddlecloud.common.config import load_config as load_server_config
 from paddlecloud.common.supervisor import ADMIN, Platform, run_platform
+from paddlecloud.jobs.local import cgroups
 
 from ..config import ClientConfig, ConfigMissing, Datacenter, load_config, save_config
 from ..context import Context
@@ -42,6 +45,26 @@ def data_dir(ctx: Context, args: argparse.Namespace) -> Path:
     return Path(chosen).expanduser()
 
 
+def isolation_notes(config_path: Path) -> list[str]:
+    """How jobs are isolated on this machine, said once at start: the jobs service decides
+    the same way from the same config (docs/jobs.md, "What a local job can see and use")."""
+    config = load_server_config(config_path)
+    try:
+        box = sandbox.detect(config.jobs.sandbox, "jobs")
+    except sandbox.SandboxUnavailable as exc:
+        return [f"Jobs: {exc}"]
+    lines = [
+        f"Jobs run sandboxed: {box.describe()}."
+        if box.enabled
+        else f"WARNING: jobs are not sandboxed ({box.describe()})."
+    ]
+    if config.jobs.limits == "off" or cgroups.detect() is None:
+        lines.append(
+            "Job cpu and memory limits are advisory here (no cgroups): they count against quotas only."
+        )
+    return lines
+
+
 async def server(ctx: Context, args: argparse.Namespace) -> int:
     platform = Platform(
         data_dir=data_dir(ctx, args),
@@ -62,6 +85,8 @@ async def server(ctx: Context, args: argparse.Namespace) -> int:
         if new_password is not None or args.init:
             path = write_client_config(ctx, running, make_current=True)
             print(f"Wrote datacenter {running.datacenter!r} for {ADMIN!r} to {path}", file=out)
+        for line in isolation_notes(running.run_dir / "paddlecloud.yaml"):
+            print(line, file=out)
         print("Press Ctrl-C to stop.", file=out, flush=True)
 
     return await run_platform(platform, on_ready)

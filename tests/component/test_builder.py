@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
+import tarfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -629,3 +632,84 @@ async def test_the_builder_client_requests_reads_and_follows_builds(
     async with BuilderClient(down) as client:
         with pytest.raises(BuilderUnavailable):
             await client.get_build(alice, "x")
+
+
+# -- the sandbox ----------------------------------------------------------------------
+
+# An in-tree PEP 517 backend: pip runs it to build the sdist, so it is code the user's
+# requirements bring. It tries to write outside the build, then builds a wheel whose module
+# says what it managed and as which uid it ran.
+EVIL_BACKEND = """\
+import base64, hashlib, json, os, zipfile
+
+TARGETS = json.loads({targets!r})
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    outcome = {{"uid": os.getuid()}}
+    for name, path in TARGETS.items():
+        try:
+            with open(path, "w") as f:
+                f.write("pwned")
+            outcome[name] = "wrote"
+        except OSError as exc:
+            outcome[name] = type(exc).__name__
+    info = "evilpkg-1.0.dist-info"
+    files = {{
+        "evilpkg/__init__.py": ("OUTCOME = " + repr(outcome) + "\\n").encode(),
+        info + "/METADATA": b"Metadata-Version: 2.1\\nName: evilpkg\\nVersion: 1.0\\n",
+        info + "/WHEEL": b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    }}
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{{path}},sha256={{digest}},{{len(data)}}")
+    files[info + "/RECORD"] = ("\\n".join(record + [info + "/RECORD,,"]) + "\\n").encode()
+    name = "evilpkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    return name
+"""
+
+
+def make_evil_sdist(directory: Path, targets: dict[str, str]) -> None:
+    files = {
+        "pyproject.toml": (
+            '[build-system]\nrequires = []\nbuild-backend = "evil_backend"\nbackend-path = ["."]\n'
+            '[project]\nname = "evilpkg"\nversion = "1.0"\n'
+        ),
+        "PKG-INFO": "Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n",
+        "evil_backend.py": EVIL_BACKEND.format(targets=json.dumps(targets)),
+    }
+    with tarfile.open(directory / "evilpkg-1.0.tar.gz", "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            member = tarfile.TarInfo(f"evilpkg-1.0/{name}")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make system-deps)")
+async def test_a_build_step_that_writes_outside_its_build_cannot_touch_the_host(
+    builds: Builds, wheelhouse: Path, tmp_path: Path
+) -> None:
+    marker = secrets.token_hex(4)
+    targets = {
+        "outside_tmp": str(tmp_path / f"outside-{marker}"),
+        "published_envs": str(builds.work_dir / "envs" / f"pwned-{marker}"),
+        "wheelhouse": str(wheelhouse / f"pwned-{marker}"),
+        "host_etc": f"/etc/pwned-{marker}",
+        "host_root": f"/pwned-{marker}",
+    }
+    make_evil_sdist(wheelhouse, targets)
+    build = await builds.wait((await builds.post("evilpkg\n"))["id"])
+    assert build["state"] == "SUCCEEDED", build
+    for name, path in targets.items():
+        assert not Path(path).exists(), f"the build wrote {name} at {path}"
+    outcome = run_python(build["python"], "import evilpkg; print(evilpkg.OUTCOME)")
+    assert "'wrote'" not in outcome.replace("'published_envs'", ""), outcome
+    assert "'uid': 0," not in outcome, outcome  # pip ran unprivileged
+    # What it built is the platform's now: no later build or job can change it.
+    env = Path(build["python"]).parent.parent.resolve()
+    assert env.stat().st_uid == 0 and (env / "lib").stat().st_uid == 0

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_jobs_api import Jobs, start_jobs
 
 from paddlecloud.jobs.keys import MANAGER
-from test_jobs_api import Jobs, start_jobs
 
 # Holds its GPUs (prints what it sees) until a file named after the job appears in its home.
 HOLDS_GPUS = """\
 import os, time
-print("devices", repr(os.environ["CUDA_VISIBLE_DEVICES"]), repr(os.environ["NVIDIA_VISIBLE_DEVICES"]), flush=True)
+seen = os.environ["CUDA_VISIBLE_DEVICES"], os.environ["NVIDIA_VISIBLE_DEVICES"]
+print("devices", *map(repr, seen), flush=True)
 release = os.path.join(os.environ["PADDLE_CLOUD_PFS_HOME"], "release-" + os.environ["PADDLE_JOB_NAME"])
 while not os.path.exists(release):
     time.sleep(0.05)

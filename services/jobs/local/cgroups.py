@@ -158,7 +158,7 @@ def detect(root: Path = CGROUP_ROOT, parent: str = "paddlecloud") -> Hierarchy |
     try:
         candidate.create(probe, Limits())
     except OSError as exc:
-        log.info("cgroups_unusable", hierarchy=candidate.describe(), error=exc.strerror)
+        log.debug("cgroups_unusable", hierarchy=candidate.describe(), error=exc.strerror)
         return None
     finally:
         with contextlib.suppress(OSError):
