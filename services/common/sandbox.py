@@ -231,6 +231,7 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
     for source, target, option, mode in sorted(mounts, key=lambda m: len(Path(m[1]).parts)):
         args += parents(target, mode)
         args += [option, source, target]
+        made.add(target)
         if option == "--ro-bind":  # nothing can be made inside it: what is below exists
             mounted.add(target)
     args += ["--chdir", view.cwd, "--"]

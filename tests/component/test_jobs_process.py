@@ -100,3 +100,48 @@ async def test_jobs_run_on_while_the_service_is_killed_and_a_restart_records_the
     assert reasons.count("WorkerStarted") == 1, reasons
     status, logs = await call(service, "GET", "/api/v1/jobs/long/events")
     assert status == 200 and len(logs["events"]) == len(long["events"])
+
+
+async def test_gpus_held_and_jobs_waiting_for_them_are_taken_up_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, pfs={"datacenter": "dc1"}, jobs={"poll_seconds": 0.05, "gpus": ["7"]})
+    service = ServiceProcess("jobs", config, tmp_path)
+    service.start()
+    try:
+        await add_alice(tmp_path)
+        home = tmp_path / "pfs" / "home" / "alice"
+        (home / "pkg").mkdir(parents=True)
+        (home / "pkg" / "train.py").write_text(
+            "import os, time\n"
+            "print('devices', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+            "home, name = os.environ['PADDLE_CLOUD_PFS_HOME'], os.environ['PADDLE_JOB_NAME']\n"
+            "release = os.path.join(home, 'release-' + name)\n"
+            "while not os.path.exists(release):\n    time.sleep(0.05)\n"
+        )
+        for name in ("holder", "waiter"):
+            spec = {"name": name, "package": "/pfs/dc1/home/alice/pkg", "gpu": 1}
+            status, body = await call(service, "POST", "/api/v1/jobs", json=spec)
+            assert status == 201, body
+        await wait_for(service, "holder", {"RUNNING"})
+        assert (await state_of(service, "waiter"))["reason"].startswith("waiting for GPUs")
+        assert service.process is not None
+        os.kill(service.process.pid, signal.SIGKILL)
+        service.process.wait()
+        service.start()
+        # The restarted service knows device 7 is the holder's, so the waiter still waits.
+        status, quota = await call(service, "GET", "/api/v1/quota")
+        assert status == 200 and quota["machine"]["gpus_free"] == 0, quota
+        assert [(d["job"], d["device"]) for d in quota["devices"]] == [("holder", "7")]
+        assert (await state_of(service, "waiter"))["state"] == "PENDING"
+        status, workers = await call(service, "GET", "/api/v1/jobs/holder/workers")
+        assert workers["workers"][0]["devices"] == ["7"]
+        (home / "release-holder").write_text("")
+        assert (await wait_for(service, "holder", {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
+        await wait_for(service, "waiter", {"RUNNING"})
+        status, workers = await call(service, "GET", "/api/v1/jobs/waiter/workers")
+        assert workers["workers"][0]["devices"] == ["7"]
+        (home / "release-waiter").write_text("")
+        assert (await wait_for(service, "waiter", {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
+    finally:
+        service.stop()

@@ -79,7 +79,8 @@ class Hierarchy:
         if self.version == 2:
             group = self.root / self.parent / relative
             # Controllers must be enabled in every ancestor's subtree_control, from the top.
-            chain = [self.root, *(self.root / self.parent / p for p in _prefixes(relative))]
+            top = self.root / self.parent
+            chain = [self.root, top, *(top / p for p in _prefixes(relative))]
             for ancestor in chain[:-1]:
                 ancestor.mkdir(exist_ok=True)
                 _enable_controllers(ancestor)
