@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from paddlecloud.jobs.local import cgroups
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -160,6 +162,28 @@ def test_a_job_cannot_escape_its_sandbox(server_factory: Any, tmp_path: Path) ->
     assert results["download_stolen"].startswith("refused"), results
     assert results["write_own_home"].startswith("succeeded"), results
     assert results["write_tmp"].startswith("succeeded"), results
+
+    # alice's home now belongs to her jobs' uid: what she uploads and makes afterwards
+    # through the API must stay hers to change from a job.
+    as_alice = ("--datacenter", "as-alice")
+    later = tmp_path / "later.txt"
+    later.write_text("uploaded\n")
+    server.cli(*as_alice, "cp", str(later), "pfs:later.txt")
+    server.cli(*as_alice, "mkdir", "pfs:later-dir")
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    (changes / "train.py").write_text(
+        "import os\n"
+        "home = os.environ['PADDLE_CLOUD_PFS_HOME']\n"
+        "open(os.path.join(home, 'later.txt'), 'a').write('appended by a job\\n')\n"
+        "open(os.path.join(home, 'later-dir', 'new.txt'), 'w').write('made by a job')\n"
+    )
+    done = server.cli(*as_alice, "submit", "--jobname", "changes", "-f", str(changes), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    server.cli(*as_alice, "cp", "pfs:later.txt", str(tmp_path / "later-back.txt"))
+    assert (tmp_path / "later-back.txt").read_text() == "uploaded\nappended by a job\n"
+    quota = server.cli(*as_alice, "get", "quota").stdout
+    assert ("Limits are advisory here" in quota) == (cgroups.detect() is None), quota
 
 
 def test_without_the_sandbox_the_same_job_reads_and_forges(server_factory: Any, tmp_path: Path) -> None:
