@@ -42,6 +42,59 @@ class ProblemError(Exception):
         )
 
 
+class DomainError(Exception):
+    """A refusal by a service's domain, in words for the user; it knows no HTTP.
+
+    Each service's `errors.py` maps its kinds onto problems in one table
+    (`ProblemTable`), which the shared middleware consults: `field` names the request's
+    field at fault, and `details` become extra members of the problem (the numbers of a
+    quota refusal, say).
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.details = details
+
+
+class Invalid(DomainError):
+    """The request asks for something the domain cannot do as asked (a bad field)."""
+
+
+class NotFound(DomainError):
+    """What the request names does not exist (or is not the caller's to see)."""
+
+
+class Exists(DomainError):
+    """What the request would create exists already."""
+
+
+class Forbidden(DomainError):
+    """The caller may not do this."""
+
+
+class BadCursor(DomainError):
+    """A log cursor this service did not hand out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="cursor")
+
+
+ProblemTable = dict[type[DomainError], "ErrorKind"]
+
+
+def problem_for_domain(exc: DomainError, table: ProblemTable) -> ProblemError:
+    """The problem a domain error is shown as: the table's kind for its nearest class."""
+    kind = next((table[cls] for cls in type(exc).__mro__ if cls in table), None)
+    if kind is None:
+        raise TypeError(f"no problem kind for {type(exc).__name__} in this service's table") from exc
+    if exc.field is None:
+        return kind(exc.message, **exc.details)
+    detail = f"{exc.field}: {exc.message}"
+    return kind(detail, errors=[{"field": exc.field, "message": exc.message}], **exc.details)
+
+
 @dataclass(frozen=True)
 class ErrorKind:
     """One entry of the catalogue; calling it makes the exception to raise."""
@@ -109,6 +162,17 @@ UPSTREAM_UNREACHABLE = ErrorKind("ERR_UPSTREAM_UNREACHABLE", 502, "Service unrea
 UPSTREAM_UNAVAILABLE = ErrorKind("ERR_UPSTREAM_UNAVAILABLE", 503, "Service unavailable")
 UPSTREAM_TIMEOUT = ErrorKind("ERR_UPSTREAM_TIMEOUT", 504, "Service did not answer in time")
 NOT_READY = ErrorKind("ERR_NOT_READY", 503, "Service not ready")
+BAD_CURSOR = ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
+
+
+# What every service's table starts from.
+COMMON_PROBLEMS: ProblemTable = {
+    Invalid: VALIDATION,
+    NotFound: NOT_FOUND,
+    Exists: ALREADY_EXISTS,
+    Forbidden: FORBIDDEN,
+    BadCursor: BAD_CURSOR,
+}
 
 
 def field_problem(field: str, message: str) -> ProblemError:

@@ -12,7 +12,7 @@ from aiohttp import web
 from . import errors
 
 NDJSON = "application/x-ndjson"
-BAD_CURSOR = errors.ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
+BAD_CURSOR = errors.BAD_CURSOR
 
 Line = TypeVar("Line")
 # A longer line without a newline is cut into pieces of this size.
@@ -21,8 +21,7 @@ LOG_READ_SIZE = 64 * 1024
 LOG_BATCH_SIZE = 4 * 1024 * 1024
 
 
-class BadCursor(ValueError):
-    """A log cursor this service did not hand out."""
+BadCursor = errors.BadCursor
 
 
 def tail_offset(path: Path, lines: int) -> int:
@@ -102,9 +101,9 @@ async def stream_lines(
     ndjson = NDJSON in request.headers.get("Accept", "")
     try:
         first = await anext(batches, None)
-    except BadCursor as exc:
+    except BadCursor:
         await batches.aclose()
-        raise BAD_CURSOR(f"cursor: {exc}", errors=[{"field": "cursor", "message": str(exc)}]) from None
+        raise  # shown as a 400 naming the cursor, by the service's problem table
     response = web.StreamResponse(headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
     response.content_type = NDJSON if ndjson else "text/plain"
     response.charset = "utf-8"

@@ -23,6 +23,7 @@ from .keys import (
     IDENTITY,
     INTERNAL_SECRET,
     METRICS_REGISTRY,
+    PROBLEMS,
     READINESS_CHECKS,
     REQUEST_ID,
     SERVICE_NAME,
@@ -83,7 +84,10 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     """Render every failure as problem+json; unknown exceptions become a 500 with the request id."""
     request_id = request.get(REQUEST_ID)
     try:
-        return await handler(request)
+        try:
+            return await handler(request)
+        except errors.DomainError as exc:
+            raise errors.problem_for_domain(exc, request.app[PROBLEMS]) from exc
     except errors.ProblemError as exc:
         if exc.kind.status >= 500:
             log.warning("request_failed", code=exc.kind.code, detail=exc.detail)
@@ -184,10 +188,12 @@ def create_base_app(
     internal: bool = True,
     client_max_size: int | None = None,
     extra_middlewares: list[Any] | None = None,
+    problems: errors.ProblemTable | None = None,
 ) -> web.Application:
     """An application with the shared middlewares and probes; the service adds its routes.
 
     `internal` services demand the gateway's signature on every non-probe request.
+    `problems` is the service's table of domain errors (its errors.py).
     """
     middlewares: list[Any] = [request_id_middleware, problem_middleware]
     if internal:
@@ -201,6 +207,7 @@ def create_base_app(
     )
     app[CONFIG] = config
     app[SERVICE_NAME] = service
+    app[PROBLEMS] = problems or errors.COMMON_PROBLEMS
     registry = CollectorRegistry()
     app[METRICS_REGISTRY] = registry
     app[_METRICS] = _Metrics(registry)

@@ -13,6 +13,7 @@ from paddlecloud.common.web import create_base_app, use_store
 from paddlecloud.pfs.paths import Root
 
 from .api import add_routes
+from .errors import PROBLEMS
 from .keys import MANAGER
 from .local.backend import LocalBackend
 from .manager import JobManager, reconciling
@@ -20,7 +21,7 @@ from .manager import JobManager, reconciling
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
     """The jobs service. `store` is opened and closed by the caller when given."""
-    app = create_base_app(config, "jobs")
+    app = create_base_app(config, "jobs", problems=PROBLEMS)
     add_routes(app)
     app.cleanup_ctx.append(_resources(config, store))
     return app

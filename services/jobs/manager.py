@@ -17,7 +17,7 @@ import os
 import stat
 import tarfile
 import zipfile
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -29,10 +29,10 @@ from pydantic import ValidationError
 from paddlecloud.builder.client import BuilderClient, BuilderError, BuilderUnavailable
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
-from paddlecloud.common.errors import field_problem
+from paddlecloud.common.errors import BadCursor, Exists, Invalid, NotFound
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli
-from paddlecloud.common.store import AlreadyExists, Job, Store
+from paddlecloud.common.store import AlreadyExists, Job, Store, StoreError
 from paddlecloud.common.store.models import (
     ACTIVE_STATES,
     BUILDING,
@@ -44,20 +44,24 @@ from paddlecloud.common.store.models import (
     JobEvent,
     utcnow,
 )
-from paddlecloud.common.web import validation_problem
 from paddlecloud.pfs.paths import PfsPath, Root, resolve_for
 from paddlecloud.pfs.usage import Usage
 
-from .backend import Backend, Launch, NotYet, StartFailed, planned_workers
-from .spec import JobSpec, parse_submission
+from .backend import Backend, Launch, LogLine, LogQuery, NotYet, StartFailed, WorkerInfo, planned_workers
+from .errors import BuildRefused, JobNotFound, PackageNotFound, QuotaExceeded, SubmitBusy, UnknownUser
+from .spec import JobSpec
 
 log = structlog.get_logger(__name__)
 
 REQUIREMENTS = "requirements.txt"
 MAX_REQUIREMENTS = 64 * 1024
-PACKAGE_NOT_FOUND = errors.ErrorKind("ERR_PACKAGE_NOT_FOUND", 422, "Job package not found")
 # Events the backend reported (as opposed to state changes and the service's own notices).
 BACKEND_EVENT_TYPES = frozenset({"normal", "warning"})
+# A submit's quota check holds a lease in the store: long enough for any check, short
+# enough that a replica that died holding it blocks its user's submits only briefly.
+QUOTA_LEASE_SECONDS = 30.0
+QUOTA_LEASE_WAIT = 10.0
+BUILD = "build"  # the pseudo-worker whose lines are the job's environment build
 ARCHIVE_SUFFIXES = {".tar.gz": "tar", ".tgz": "tar", ".tar": "tar", ".zip": "zip"}
 
 
@@ -166,15 +170,13 @@ class JobManager:
     def home(self, user: str) -> str:
         return f"/pfs/{self._datacenter}/home/{user}"
 
-    async def submit(self, identity: Identity, body: Any, *, dry_run: bool = False) -> dict[str, Any]:
-        try:
-            spec = parse_submission(body)
-        except ValidationError as exc:
-            raise validation_problem(exc) from exc
+    async def submit(self, identity: Identity, spec: JobSpec, *, dry_run: bool = False) -> dict[str, Any]:
+        """Check `spec` (paths, name, quota, GPUs, package), record the job PENDING and
+        start it; with `dry_run`, only check and say what would run."""
         owner = identity.user
         if spec.datacenter is not None and spec.datacenter != self._datacenter:
             message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
-            raise field_problem("datacenter", message)
+            raise Invalid(message, field="datacenter")
         package = self._resolve(identity, "package", spec.package, write=False)
         output = self._resolve(identity, "output", self._output(spec, owner), write=True)
         input_path = None
@@ -182,22 +184,24 @@ class JobManager:
             input_path = self._resolve(identity, "input", spec.input, write=False)
             await asyncio.to_thread(self._must_exist, "input", input_path)
         lock = self._submit_locks.setdefault(owner, asyncio.Lock())
-        async with lock:  # one submit per user at a time, so two cannot both fit the quota
+        # One submit per user at a time, so two cannot both fit the quota: the lock in this
+        # process, the store's lease across every replica of the service.
+        async with lock, self._quota_lease(owner):
             existing = await self._store.get_job(owner, spec.name)
             if existing is not None:
-                raise errors.ALREADY_EXISTS(
+                raise Exists(
                     f"job {spec.name!r} already exists ({existing.state}); "
                     f"`paddlecloud kill -rm {spec.name}` removes it, or choose another name"
                 )
             await self._check_quota(owner, spec)
             refusal = self._backend.refusal(spec)
             if refusal is not None:
-                raise field_problem("gpu", refusal)
+                raise Invalid(refusal, field="gpu")
             # Last, so a dry run of a package not uploaded yet still checks name and quota.
             try:
                 package_kind = await asyncio.to_thread(self._check_package, package)
-            except errors.ProblemError as exc:
-                if not (dry_run and exc.kind is PACKAGE_NOT_FOUND):
+            except PackageNotFound:
+                if not dry_run:
                     raise
                 package_kind = None
             now = utcnow()
@@ -233,7 +237,7 @@ class JobManager:
             try:
                 await self._store.create_job(job)
             except AlreadyExists:
-                raise errors.ALREADY_EXISTS(f"job {spec.name!r} already exists") from None
+                raise Exists(f"job {spec.name!r} already exists") from None
         await self._state_event(job, PENDING, "JobSubmitted", f"submitted by {owner}")
         if spec.image is not None:
             note = "the local backend runs jobs with its own Python"
@@ -242,6 +246,21 @@ class JobManager:
         if requirements is not None:
             return job_view(await self._build_then_start(identity, launch, requirements))
         return job_view(await self._start(launch))
+
+    @contextlib.asynccontextmanager
+    async def _quota_lease(self, owner: str) -> AsyncIterator[None]:
+        name, holder = f"submit:{owner}", uuid4().hex
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + QUOTA_LEASE_WAIT, 0.01
+        while not await self._store.acquire_lease(name, holder, QUOTA_LEASE_SECONDS):
+            if loop.time() > deadline:
+                raise SubmitBusy(f"another submit of {owner}'s is still being checked; try again")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        try:
+            yield
+        finally:
+            await self._store.release_lease(name, holder)
 
     async def _start(self, launch: Launch) -> Job:
         """Start a job that is PENDING or BUILDING, unless it was killed meanwhile."""
@@ -300,17 +319,17 @@ class JobManager:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
-            raise field_problem("package", f"cannot read {package}: {exc}") from None
+            raise Invalid(f"cannot read {package}: {exc}", field="package") from None
         if data is None:
             return None
         if len(data) > MAX_REQUIREMENTS:
-            raise field_problem(
-                "package", f"its {REQUIREMENTS} is larger than {MAX_REQUIREMENTS // 1024} KiB"
+            raise Invalid(
+                f"its {REQUIREMENTS} is larger than {MAX_REQUIREMENTS // 1024} KiB", field="package"
             )
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise field_problem("package", f"its {REQUIREMENTS} is not UTF-8 text") from None
+            raise Invalid(f"its {REQUIREMENTS} is not UTF-8 text", field="package") from None
         return text if text.strip() else None
 
     async def _planned_build(self, identity: Identity, requirements: str, package: str) -> dict[str, Any]:
@@ -319,11 +338,7 @@ class JobManager:
                 identity, requirements=requirements, base=None, package=package, dry_run=True
             )
         except BuilderError as exc:
-            raise errors.ProblemError(
-                errors.ErrorKind(exc.code, exc.status, "The builder refused the requirements"),
-                f"{REQUIREMENTS}: {exc.detail}",
-                errors=[{"field": "package", "message": exc.detail}],
-            ) from None
+            raise BuildRefused(f"{REQUIREMENTS}: {exc.detail}", field="package") from None
         return {"key": answer.get("key"), "cached": bool(answer.get("cached"))}
 
     async def _build_then_start(self, identity: Identity, launch: Launch, requirements: str) -> Job:
@@ -420,18 +435,16 @@ class JobManager:
     def _resolve(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
         try:
             return resolve_for(identity, text, self._datacenter, write=write)
-        except errors.ProblemError as exc:
-            raise field_problem(field, exc.detail) from None
+        except errors.ProblemError as exc:  # the path grammar's refusal, shown as this field's
+            raise Invalid(exc.detail, field=field) from None
 
     def _must_exist(self, field: str, path: PfsPath) -> os.stat_result:
         try:
             fd = self._root.open(path, os.O_PATH | os.O_CLOEXEC)
         except PermissionError:
-            message = f"{path} leads outside its area through a symlink"
-            raise field_problem(field, message) from None
+            raise Invalid(f"{path} leads outside its area through a symlink", field=field) from None
         except (FileNotFoundError, NotADirectoryError, errors.ProblemError):
-            message = f"{path} does not exist on PFS"
-            raise field_problem(field, message) from None
+            raise Invalid(f"{path} does not exist on PFS", field=field) from None
         try:
             return os.fstat(fd)
         finally:
@@ -441,20 +454,20 @@ class JobManager:
         """The package's kind (dir, tar or zip); 422 if it is missing or neither."""
         try:
             st = self._must_exist("package", path)
-        except errors.ProblemError:
-            raise PACKAGE_NOT_FOUND(
+        except Invalid:
+            raise PackageNotFound(
                 f"the job package {path} was not found on PFS. Likely causes: it was not uploaded "
                 f"(`paddlecloud submit` uploads a local directory for you; `paddlecloud cp` uploads "
                 f"by hand), the path is misspelled (`paddlecloud ls {path.parent()}`), or its upload "
                 f"failed because the storage quota is full (`paddlecloud get quota`).",
-                errors=[{"field": "package", "message": f"{path} not found"}],
+                field="package",
             ) from None
         if stat.S_ISDIR(st.st_mode):
             return "dir"
         kind = next((k for suffix, k in ARCHIVE_SUFFIXES.items() if path.name.endswith(suffix)), None)
         if stat.S_ISREG(st.st_mode) and kind is not None:
             return kind
-        raise field_problem("package", f"{path} must be a directory or a .tar.gz, .tgz, .tar or .zip archive")
+        raise Invalid(f"{path} must be a directory or a .tar.gz, .tgz, .tar or .zip archive", field="package")
 
     # -- quota -----------------------------------------------------------------------
 
@@ -479,7 +492,7 @@ class JobManager:
     async def _check_quota(self, owner: str, spec: JobSpec) -> None:
         user = await self._store.get_user(owner)
         if user is None:
-            raise errors.FORBIDDEN(f"user {owner!r} does not exist")
+            raise UnknownUser(f"user {owner!r} does not exist")
         quota = user.quota
         used = await self._in_use(owner)
         asked = Resources.of(spec)
@@ -499,7 +512,7 @@ class JobManager:
                 over.append(("storage", "0", format_bytes(stored), format_bytes(quota.storage_bytes)))
         if over:
             parts = [f"{r}: asked {a}, in use {u}, allowed {lim}" for r, a, u, lim in over]
-            raise errors.QUOTA_EXCEEDED(
+            raise QuotaExceeded(
                 f"job {spec.name!r} does not fit your quota — " + "; ".join(parts),
                 quota=[{"resource": r, "requested": a, "used": u, "limit": lim} for r, a, u, lim in over],
             )
@@ -507,7 +520,7 @@ class JobManager:
     async def quota(self, owner: str) -> dict[str, Any]:
         user = await self._store.get_user(owner)
         if user is None:
-            raise errors.NOT_FOUND(f"user {owner!r} does not exist")
+            raise UnknownUser(f"user {owner!r} does not exist")
         q = user.quota
         used = await self._in_use(owner)
         stored = (await self._usage.of(owner)).bytes
@@ -535,14 +548,68 @@ class JobManager:
     async def get(self, owner: str, name: str) -> Job:
         job = await self._store.get_job(owner, name)
         if job is None:
-            raise errors.NOT_FOUND(f"no job named {name!r}")
+            raise JobNotFound(f"no job named {name!r}")
         return job
 
-    async def find(self, job_id: str) -> Job | None:
-        return await self._store.get_job_by_id(job_id)
+    async def list_jobs(
+        self, owner: str, *, states: Collection[str] | None, limit: int, cursor: str | None
+    ) -> tuple[list[Job], str | None]:
+        """A page of the owner's jobs, newest first, and the cursor of the next page."""
+        try:
+            return await self._store.list_jobs(owner, states=states, limit=limit, cursor=cursor)
+        except StoreError as exc:  # the only one list_jobs raises for what it was given
+            raise BadCursor(str(exc)) from None
 
-    async def events(self, job: Job) -> list[dict[str, Any]]:
-        return [event_view(e) for e in await self._store.list_events(job.id)]
+    async def events(self, job: Job) -> list[JobEvent]:
+        return await self._store.list_events(job.id)
+
+    async def workers(self, job: Job) -> list[WorkerInfo]:
+        return await self._backend.workers(job)
+
+    async def logs(
+        self, identity: Identity, job: Job, query: LogQuery
+    ) -> AsyncGenerator[list[LogLine], None]:
+        """The job's log lines for `query`: its environment's build (as the pseudo-worker
+        `build`) when it had one, then its workers'. NotFound for a worker it has not."""
+        known = {w.name for w in await self._backend.workers(job)} | ({BUILD} if job.build_id else set())
+        unknown = sorted(set(query.workers) - known)
+        if unknown:
+            names = ", ".join(sorted(known)) or "none yet"
+            message = f"job {job.name!r} has no worker {unknown[0][:60]!r}; its workers: {names}"
+            raise NotFound(message, field="worker")
+        return self._job_lines(identity, job, query)
+
+    async def _job_lines(
+        self, identity: Identity, job: Job, query: LogQuery
+    ) -> AsyncGenerator[list[LogLine], None]:
+        """The build's log (cursors `b.<builder's cursor>`), then the workers' logs; a
+        follower waits for the job to start between the two."""
+        cursor = query.cursor
+        wanted = not query.roles and (not query.workers or BUILD in query.workers)
+        if job.build_id and cursor is not None and cursor.startswith("b.") and not wanted:
+            cursor = None
+        if job.build_id and wanted and (cursor is None or cursor.startswith("b.")):
+            try:
+                async for item in self._builder.logs(
+                    identity, job.build_id, follow=query.follow, cursor=cursor[2:] if cursor else None
+                ):
+                    yield [LogLine(BUILD, item["line"], "b." + item["cursor"])]
+            except BuilderError as exc:
+                if exc.status == 400:
+                    raise BadCursor(exc.detail) from None
+                yield [LogLine(BUILD, f"(the build's log is not available: {exc.detail})", cursor or "b.")]
+            cursor = None
+        if cursor is not None and cursor.startswith("b."):
+            raise BadCursor(f"{cursor[:60]!r}: this job had no build")
+        while query.follow and not _started(job) and job.state not in TERMINAL_STATES:
+            await asyncio.sleep(self._config.jobs.poll_seconds)  # built (or waiting), not started
+            latest = await self._store.get_job_by_id(job.id)
+            if latest is None:
+                return
+            job = latest
+        if _started(job) and (not query.workers or set(query.workers) - {BUILD}):
+            async for batch in self._backend.logs(job, replace(query, cursor=cursor)):
+                yield batch
 
     # -- kill ------------------------------------------------------------------------
 
@@ -700,6 +767,11 @@ class JobManager:
     async def _event(self, job: Job, kind: str, reason: str, message: str) -> None:
         event = JobEvent(job_id=job.id, time=utcnow(), type=kind, reason=reason, message=message)
         await self._store.add_event(event)
+
+
+def _started(job: Job) -> bool:
+    """Whether the backend has the job (it may be waiting for resources still)."""
+    return bool(job.backend) and not job.backend.get("waiting")
 
 
 def _archived_requirements(archive: BinaryIO, kind: str) -> bytes | None:

@@ -683,3 +683,24 @@ async def test_concurrent_build_transitions_only_one_wins(store: Store) -> None:
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     assert await store.get_build(build.id) == winners[0]
+
+
+# Leases
+
+
+async def test_a_lease_has_one_holder_until_released_or_expired(store: Store) -> None:
+    assert await store.acquire_lease("quota:alice", "replica-a", 30)
+    assert not await store.acquire_lease("quota:alice", "replica-b", 30)
+    assert await store.acquire_lease("quota:alice", "replica-a", 30)  # renewing one's own
+    assert await store.acquire_lease("quota:bob", "replica-b", 30)  # another name is another lease
+    await store.release_lease("quota:alice", "replica-b")  # not b's to give back: nothing happens
+    assert not await store.acquire_lease("quota:alice", "replica-b", 30)
+    await store.release_lease("quota:alice", "replica-a")
+    assert await store.acquire_lease("quota:alice", "replica-b", 0.05)
+    await asyncio.sleep(0.1)  # the lease's own expiry, not a wait for something to happen
+    assert await store.acquire_lease("quota:alice", "replica-c", 30)  # b's expired
+
+
+async def test_concurrent_lease_takers_only_one_wins(store: Store) -> None:
+    results = await asyncio.gather(*(store.acquire_lease("race", f"holder-{i}", 30) for i in range(8)))
+    assert results.count(True) == 1

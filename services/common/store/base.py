@@ -151,6 +151,17 @@ class Store(abc.ABC):
         """Builds of every key and owner in one of `states`, newest first (a restarted
         builder finds the builds it was running this way)."""
 
+    # Leases: a named, expiring lock over every process that shares the store.
+
+    @abc.abstractmethod
+    async def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:
+        """Take the lease `name` for `seconds` if it is free, expired or `holder`'s own
+        already (which renews it); whether `holder` holds it now. Atomic across processes."""
+
+    @abc.abstractmethod
+    async def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease back, if `holder` still holds it."""
+
     @abc.abstractmethod
     async def transition_build(
         self, build_id: str, expected: Collection[str], state: str, **fields: Any

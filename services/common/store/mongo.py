@@ -6,6 +6,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import time
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -97,6 +98,7 @@ class MongoStore(Store):
             # A user's active jobs (get jobs, the quota check) without reading their history.
             await db.jobs.create_index([("owner", ASCENDING), ("state", ASCENDING), *_NEWEST_FIRST])
             await db.job_events.create_index([("job_id", ASCENDING), ("seq", ASCENDING)])
+            await db.leases.create_index("name", unique=True)
             await db.builds.create_index("id", unique=True)
             await db.builds.create_index([("key", ASCENDING), *_NEWEST_FIRST])
             await db.builds.create_index([("state", ASCENDING), *_NEWEST_FIRST])
@@ -318,6 +320,29 @@ class MongoStore(Store):
         changes["updated_at"] = utcnow()
         doc = await self._set_one("jobs", {"id": job_id}, changes)
         return _job(doc) if doc else None
+
+    async def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:
+        now = time.time()
+        leases = self._collection("leases")
+        with _errors(f"lease {name}"):
+            try:
+                await leases.insert_one({"name": name, "holder": holder, "expires_at": now + seconds})
+                return True
+            except DuplicateKeyError:
+                pass
+            # Two conditional updates rather than one $or (which not every server speaks):
+            # renew our own, or take over an expired one; each is atomic on its document.
+            for condition in ({"holder": holder}, {"expires_at": {"$lt": now}}):
+                taken = await leases.find_one_and_update(
+                    {"name": name, **condition}, {"$set": {"holder": holder, "expires_at": now + seconds}}
+                )
+                if taken is not None:
+                    return True
+        return False
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        with _errors(f"lease {name}"):
+            await self._collection("leases").delete_one({"name": name, "holder": holder})
 
     async def delete_job(self, job_id: str) -> bool:
         with _errors():

@@ -13,6 +13,7 @@ import binascii
 import dataclasses
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
@@ -42,6 +43,11 @@ SCHEMA_VERSION = 1
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 _SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY,
     password_hash TEXT NOT NULL,
@@ -418,6 +424,23 @@ class SQLiteStore(Store):
         changes["updated_at"] = _time_text(utcnow())
         row = await self._update("jobs", changes, "id = ?", (job_id,), _JOB_COLUMNS)
         return _job(row) if row else None
+
+    async def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:
+        now = time.time()
+        # One statement: insert, or take over an expired (or our own) lease; nothing else.
+        rows = await self._query(
+            "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
+            "WHERE leases.expires_at < ? OR leases.holder = excluded.holder RETURNING holder",
+            (name, holder, now + seconds, now),
+            what=f"lease {name}",
+        )
+        return bool(rows)
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        await self._write(
+            "DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder), what=f"lease {name}"
+        )
 
     async def delete_job(self, job_id: str) -> bool:
         async with self._transaction() as conn:

@@ -1,0 +1,57 @@
+"""The jobs service's error catalogue: its domain's refusals and the problems they are shown as.
+
+The domain (manager, backends) raises these; `PROBLEMS` is the one table the service's
+middleware renders them by. Codes are stable: clients and tests match on them.
+"""
+
+from __future__ import annotations
+
+from paddlecloud.common.errors import (
+    COMMON_PROBLEMS,
+    CONFLICT,
+    QUOTA_EXCEEDED,
+    DomainError,
+    ErrorKind,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ProblemTable,
+)
+
+PACKAGE_NOT_FOUND = ErrorKind("ERR_PACKAGE_NOT_FOUND", 422, "Job package not found")
+BUILD_REFUSED = ErrorKind("ERR_BUILD_REFUSED", 422, "The job's environment cannot be built")
+UNKNOWN_USER = ErrorKind("ERR_UNKNOWN_USER", 403, "No such user")
+
+
+class JobNotFound(NotFound):
+    """No job of the caller's has that name."""
+
+
+class PackageNotFound(Invalid):
+    """The spec's package is not on PFS."""
+
+
+class QuotaExceeded(DomainError):
+    """The job does not fit the user's quota; `quota` lists what was asked, used and allowed."""
+
+
+class BuildRefused(Invalid):
+    """The builder refused the package's requirements.txt (named as the `package` field)."""
+
+
+class UnknownUser(Forbidden):
+    """The identity the gateway vouched for has no account (it was deleted meanwhile)."""
+
+
+class SubmitBusy(DomainError):
+    """Another submit of the same user holds the quota check (on this or another replica)."""
+
+
+PROBLEMS: ProblemTable = {
+    SubmitBusy: CONFLICT,
+    **COMMON_PROBLEMS,
+    PackageNotFound: PACKAGE_NOT_FOUND,
+    QuotaExceeded: QUOTA_EXCEEDED,
+    BuildRefused: BUILD_REFUSED,
+    UnknownUser: UNKNOWN_USER,
+}
