@@ -1,5 +1,6 @@
-"""The builder service's HTTP API (docs/builder.md). Every call acts on the caller's own
-builds: another user's build id is a 404, as if it did not exist."""
+"""The builder service's HTTP API (docs/builder.md): parse, call the builder, render. Every
+call acts on the caller's own builds: another user's build id is a 404, as if it did not
+exist. Refusals come from the domain as its errors (errors.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from aiohttp import web
 
 from paddlecloud.common.keys import IDENTITY
 from paddlecloud.common.logstream import stream_lines
-from paddlecloud.common.web import json_response, query_flag, query_int, read_json
+from paddlecloud.common.web import json_response, query_flag, query_int, read_json, validate
 
 from .backend import LogQuery
 from .keys import BUILDER
+from .spec import BuildSpec
 
 
 def add_routes(app: web.Application) -> None:
@@ -21,11 +23,17 @@ def add_routes(app: web.Application) -> None:
 
 async def request_build(request: web.Request) -> web.Response:
     dry_run = query_flag(request, "dry_run")
-    body = await read_json(request)
-    answer, status = await request.app[BUILDER].request(request[IDENTITY], body, dry_run=dry_run)
-    response = json_response(answer, status=status)
-    if status == 201:
-        response.headers["Location"] = f"/api/v1/builds/{answer['id']}"
+    spec = validate(BuildSpec, await read_json(request))
+    builder = request.app[BUILDER]
+    if dry_run:
+        planned = await builder.plan(request[IDENTITY], spec)
+        return json_response({"key": planned.key, "cached": planned.cached})
+    answer = await builder.request(request[IDENTITY], spec)
+    response = json_response(
+        await builder.view(answer.build, cached=answer.cached), status=201 if answer.created else 200
+    )
+    if answer.created:
+        response.headers["Location"] = f"/api/v1/builds/{answer.build.id}"
     return response
 
 

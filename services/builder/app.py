@@ -12,8 +12,9 @@ from paddlecloud.common.web import create_base_app, use_store
 
 from .api import add_routes
 from .backend import BuildBackend
+from .backends import create_build_backend
+from .errors import PROBLEMS
 from .keys import BUILDER
-from .local import LocalBuildBackend
 from .service import Builder
 
 
@@ -22,7 +23,7 @@ def create_app(
 ) -> web.Application:
     """The builder service. `store` is opened and closed by the caller when given;
     `backend` (default: the local one) is opened and closed here."""
-    app = create_base_app(config, "builder")
+    app = create_base_app(config, "builder", problems=PROBLEMS)
     add_routes(app)
     app.cleanup_ctx.append(_resources(config, store, backend))
     return app
@@ -33,7 +34,7 @@ def _resources(
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         async with use_store(app, config, given_store) as store:
-            backend = given_backend or LocalBuildBackend(config)
+            backend = given_backend or create_build_backend(config)
             await backend.open()
             builder = Builder(config, store, backend)
             app[BUILDER] = builder

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import uuid4
@@ -34,14 +35,13 @@ import structlog
 
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
-from paddlecloud.common.errors import field_problem
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.store import Build, Store
 from paddlecloud.common.store.models import ACTIVE_STATES, FAILED, PENDING, RUNNING, SUCCEEDED, utcnow
-from paddlecloud.common.web import validate
 from paddlecloud.pfs.paths import resolve_for
 
 from .backend import BaseRefused, BuildBackend, BuildRequest, LogLine, LogQuery, Outcome
+from .errors import BuildNotFound, RequestRefused
 from .spec import BuildSpec, cache_key, check_requirements
 
 log = structlog.get_logger(__name__)
@@ -76,6 +76,24 @@ class _KeyLocks:
             users[0] -= 1
             if users[0] == 0:
                 del self._locks[key]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A dry run's answer: the request's cache key, and whether it is built."""
+
+    key: str
+    cached: bool
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A request's build record: made for it (`created`) or an existing one; `cached`
+    says the result was built before (None: as the record itself says)."""
+
+    build: Build
+    created: bool
+    cached: bool | None = None
 
 
 class Builder:
@@ -117,20 +135,24 @@ class Builder:
 
     # -- requests --------------------------------------------------------------------
 
-    async def request(self, identity: Identity, body: Any, *, dry_run: bool) -> tuple[dict[str, Any], int]:
-        """Answer a build request: (the answer, its HTTP status). 201 when a record was
-        made, 200 when an existing one (or, for a dry run, only the key) is answered."""
-        spec = validate(BuildSpec, body)
+    async def plan(self, identity: Identity, spec: BuildSpec) -> Planned:
+        """What a request would do: its cache key, and whether that is built already."""
+        key, _ = self._key_and_package(identity, spec)
+        return Planned(key, await self._backend.lookup(key, touch=False) is not None)
+
+    def _key_and_package(self, identity: Identity, spec: BuildSpec) -> tuple[str, str | None]:
         check_requirements(spec.requirements, self._section.max_requirements_bytes)
         try:
             base = self._backend.base_identity(spec.base)
         except BaseRefused as exc:
-            raise field_problem("base", str(exc)) from None
+            raise RequestRefused(str(exc), field="base") from None
         package = self._package(identity, spec.package)
-        key = cache_key(base, spec.requirements, self._backend.version)
-        if dry_run:
-            published = await self._backend.lookup(key, touch=False)
-            return {"key": key, "cached": published is not None}, 200
+        return cache_key(base, spec.requirements, self._backend.version), package
+
+    async def request(self, identity: Identity, spec: BuildSpec) -> Answer:
+        """Answer a build request with a build record of the caller's: a new one
+        (`created`), or an existing one (the identical build under way, or a cached result)."""
+        key, package = self._key_and_package(identity, spec)
         owner = identity.user
         record = {"requirements": spec.requirements, "base": spec.base, "package": package}
         async with self._locked(key):
@@ -138,7 +160,7 @@ class Builder:
             if active:
                 own = next((b for b in active if b.owner == owner), None)
                 if own is not None:
-                    return await self.view(own), 200
+                    return Answer(own, created=False)
                 leader = active[-1]  # the oldest: the one that is running
                 follower = self._new(
                     key,
@@ -150,14 +172,14 @@ class Builder:
                 )
                 await self._store.create_build(follower)
                 log.info("build_joined", build=follower.id, key=key, log_of=follower.info["log"])
-                return await self.view(follower), 201
+                return Answer(follower, created=True)
             published = await self._backend.lookup(key, touch=True)
             if published is not None:
                 own_builds = await self._store.find_builds(key, {SUCCEEDED})
                 mine = next((b for b in own_builds if b.owner == owner and not b.info.get("evicted")), None)
                 if mine is not None:
                     log.info("build_cache_hit", build=mine.id, key=key)
-                    return await self.view(mine, cached=True), 200
+                    return Answer(mine, created=False, cached=True)
                 hit_id = uuid4().hex
                 # Its log is that of the build that made the environment: how it was made.
                 hit = self._new(
@@ -176,7 +198,7 @@ class Builder:
                 )
                 await self._store.create_build(hit)
                 log.info("build_cache_hit", build=hit.id, key=key)
-                return await self.view(hit), 201
+                return Answer(hit, created=True)
             build_id = uuid4().hex
             build = self._new(
                 key,
@@ -198,7 +220,7 @@ class Builder:
             )
             self._start_runner(request)
         log.info("build_requested", build=build.id, key=key)
-        return await self.view(build), 201
+        return Answer(build, created=True)
 
     @staticmethod
     def _new(
@@ -233,14 +255,14 @@ class Builder:
         try:
             return resolve_for(identity, text, self._datacenter, write=False).text
         except errors.ProblemError as exc:
-            raise field_problem("package", exc.detail) from None
+            raise RequestRefused(exc.detail, field="package") from None
 
     # -- reading ---------------------------------------------------------------------
 
     async def get(self, owner: str, build_id: str) -> Build:
         build = await self._store.get_build(build_id) if len(build_id) <= 64 else None
         if build is None or build.owner != owner:
-            raise errors.NOT_FOUND(f"no build with id {build_id[:64]!r}")
+            raise BuildNotFound(f"no build with id {build_id[:64]!r}")
         return build
 
     async def view(self, build: Build, *, cached: bool | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, StrictStr
 
-from paddlecloud.common.errors import field_problem
+from .errors import RequestRefused
 
 # Options pip accepts on a line of their own that change only how names are resolved.
 GLOBAL_OPTIONS = frozenset({"--pre", "--prefer-binary", "--only-binary", "--no-binary", "--require-hashes"})
@@ -57,16 +57,16 @@ def check_requirements(text: str, max_bytes: int) -> None:
     """Refuse requirements pip would read as more than package names (422 naming the line)."""
     size = len(text.encode(errors="surrogatepass"))
     if size > max_bytes:
-        raise field_problem("requirements", f"is {size} bytes; at most {max_bytes} are accepted")
+        raise RequestRefused(f"is {size} bytes; at most {max_bytes} are accepted", field="requirements")
     if "\x00" in text:
-        raise field_problem("requirements", "must not contain NUL characters")
+        raise RequestRefused("must not contain NUL characters", field="requirements")
     if any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
-        raise field_problem("requirements", "is not valid UTF-8")
+        raise RequestRefused("is not valid UTF-8", field="requirements")
     for number, line in _logical_lines(text):
         problem = _line_problem(line)
         if problem is not None:
             shown = line if len(line) <= 80 else line[:80] + "…"
-            raise field_problem("requirements", f"line {number} ({shown!r}): {problem}")
+            raise RequestRefused(f"line {number} ({shown!r}): {problem}", field="requirements")
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:

@@ -13,9 +13,9 @@ from paddlecloud.common.web import create_base_app, use_store
 from paddlecloud.pfs.paths import Root
 
 from .api import add_routes
+from .backends import create_backend
 from .errors import PROBLEMS
 from .keys import MANAGER
-from .local.backend import LocalBackend
 from .manager import JobManager, reconciling
 
 
@@ -32,7 +32,7 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
         async with use_store(app, config, given_store) as store:
             # The jobs service reads PFS directly: packages to check and run, usage for quota.
             root = Root(config.pfs.root)
-            backend = LocalBackend(config, root)
+            backend = create_backend(config, root)
             await backend.open()
             builder = BuilderClient(config)
             manager = JobManager(config, store, backend, root, builder)

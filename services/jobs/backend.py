@@ -38,6 +38,25 @@ class NotYet(Exception):
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """What a job runs with, as the builder made it for the job's requirements: a Python
+    environment's interpreter (the local builder) or an image (a registry builder)."""
+
+    python: str | None = None
+    image: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        return {k: v for k, v in (("python", self.python), ("image", self.image)) if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Runtime | None:
+        if not isinstance(data, dict) or not data:
+            return None
+        python, image = data.get("python"), data.get("image")
+        return cls(python if isinstance(python, str) else None, image if isinstance(image, str) else None)
+
+
+@dataclass(frozen=True)
 class Launch:
     """Everything a backend needs to run one job, resolved by the service."""
 
@@ -49,7 +68,7 @@ class Launch:
     package: str  # the PFS path of the package (a directory, .tar.gz or .zip)
     package_kind: str  # "dir", "tar" or "zip"
     input: str | None = None
-    python: str | None = None  # a built environment's interpreter (local backend)
+    runtime: Runtime | None = None  # the built environment, when the job has requirements
 
 
 @dataclass(frozen=True)
@@ -62,14 +81,15 @@ class ObservedEvent:
 
 @dataclass(frozen=True)
 class Observation:
-    """What the backend sees of one job. `events` are those after `seen_events`."""
+    """What the backend sees of one job. `events` are those after the cursor asked with;
+    `cursor` is where the next observation resumes."""
 
     state: str  # one of the store's job states
     reason: str
     started_at: str | None = None
     finished_at: str | None = None
     events: tuple[ObservedEvent, ...] = ()
-    seen_events: int = 0  # how many events the backend has produced in all
+    cursor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +203,9 @@ class Backend(abc.ABC):
         """Stop every process of the job: SIGTERM (or delete), the grace, then force."""
 
     @abc.abstractmethod
-    async def observe(self, job: Job, seen_events: int) -> Observation:
-        """The job's current state, with the events after the first `seen_events`."""
+    async def observe(self, job: Job, cursor: str | None) -> Observation:
+        """The job's current state, with the events after `cursor` (an opaque position
+        this backend handed out in an earlier Observation; None: from the start)."""
 
     @abc.abstractmethod
     async def workers(self, job: Job) -> list[WorkerInfo]: ...

@@ -47,7 +47,17 @@ from paddlecloud.common.store.models import (
 from paddlecloud.pfs.paths import PfsPath, Root, resolve_for
 from paddlecloud.pfs.usage import Usage
 
-from .backend import Backend, Launch, LogLine, LogQuery, NotYet, StartFailed, WorkerInfo, planned_workers
+from .backend import (
+    Backend,
+    Launch,
+    LogLine,
+    LogQuery,
+    NotYet,
+    Runtime,
+    StartFailed,
+    WorkerInfo,
+    planned_workers,
+)
 from .errors import BuildRefused, JobNotFound, PackageNotFound, QuotaExceeded, SubmitBusy, UnknownUser
 from .spec import JobSpec
 
@@ -55,8 +65,6 @@ log = structlog.get_logger(__name__)
 
 REQUIREMENTS = "requirements.txt"
 MAX_REQUIREMENTS = 64 * 1024
-# Events the backend reported (as opposed to state changes and the service's own notices).
-BACKEND_EVENT_TYPES = frozenset({"normal", "warning"})
 # A submit's quota check holds a lease in the store: long enough for any check, short
 # enough that a replica that died holding it blocks its user's submits only briefly.
 QUOTA_LEASE_SECONDS = 30.0
@@ -151,7 +159,8 @@ class JobManager:
         self._datacenter = config.pfs.datacenter
         self._submit_locks: dict[str, asyncio.Lock] = {}
         self._active: dict[str, Job] = {}
-        self._seen_events: dict[str, int] = {}
+        # Where each active job's backend events were last read (the backend's own cursor).
+        self._event_cursors: dict[str, str | None] = {}
         self._job_locks: dict[str, asyncio.Lock] = {}
         # Jobs that wait for resources (GPUs), first submitted first: the reconcile loop
         # starts the head of the queue once it fits, and nothing behind it jumps ahead.
@@ -239,9 +248,6 @@ class JobManager:
             except AlreadyExists:
                 raise Exists(f"job {spec.name!r} already exists") from None
         await self._state_event(job, PENDING, "JobSubmitted", f"submitted by {owner}")
-        if spec.image is not None:
-            note = "the local backend runs jobs with its own Python"
-            await self._event(job, "notice", "ImageIgnored", note)
         launch = self._launch(job, spec, package_kind or "dir")
         if requirements is not None:
             return job_view(await self._build_then_start(identity, launch, requirements))
@@ -277,7 +283,10 @@ class JobManager:
                 return failed or current
             except NotYet as exc:
                 # Recorded, so a restarted service queues it again (with its environment).
-                waiting = {"waiting": str(exc), "python": launch.python}
+                waiting = {
+                    "waiting": str(exc),
+                    "runtime": launch.runtime.to_dict() if launch.runtime else None,
+                }
                 if job.id not in self._waiting:
                     self._waiting[job.id] = launch
                     await self._event(current, "notice", "WaitingForResources", str(exc))
@@ -394,7 +403,7 @@ class JobManager:
                     await self._event(current, "warning", "BuildFailed", reason)
                     await self._transition(current, FAILED, reason, finished_at=utcnow())
                 return
-            await self._start(replace(launch, python=build.get("python")))
+            await self._start(replace(launch, runtime=Runtime.from_dict(build)))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -656,9 +665,8 @@ class JobManager:
                 continue
             self._active[job.id] = job
             self._backend.attach(job)
-            self._seen_events[job.id] = len(
-                [e for e in await self._store.list_events(job.id) if e.type in BACKEND_EVENT_TYPES]
-            )
+            cursor = job.backend.get("events_cursor")
+            self._event_cursors[job.id] = cursor if isinstance(cursor, str) else None
         # Queued again oldest first, once every running job holds its resources again.
         for job in sorted(waiting, key=lambda j: j.created_at):
             try:
@@ -666,8 +674,7 @@ class JobManager:
             except (errors.ProblemError, ValidationError) as exc:
                 await self._transition(job, FAILED, f"cannot start after a restart: {exc}")
                 continue
-            python = job.backend.get("python")
-            self._waiting[job.id] = replace(launch, python=python if isinstance(python, str) else None)
+            self._waiting[job.id] = replace(launch, runtime=Runtime.from_dict(job.backend.get("runtime")))
         if self._active or self._waiting:
             log.info("jobs_reattached", running=len(self._active), waiting=len(self._waiting))
 
@@ -699,7 +706,7 @@ class JobManager:
     def _drop(self, job: Job) -> None:
         self._active.pop(job.id, None)
         self._waiting.pop(job.id, None)
-        self._seen_events.pop(job.id, None)
+        self._event_cursors.pop(job.id, None)
         self._job_locks.pop(job.id, None)
         self._backend.forget(job)
 
@@ -708,7 +715,7 @@ class JobManager:
         if current is None or current.state in TERMINAL_STATES:
             self._drop(job)
             return
-        observed = await self._backend.observe(current, self._seen_events.get(job.id, 0))
+        observed = await self._backend.observe(current, self._event_cursors.get(job.id))
         for event in observed.events:
             await self._store.add_event(
                 JobEvent(
@@ -719,7 +726,12 @@ class JobManager:
                     message=event.message,
                 )
             )
-        self._seen_events[job.id] = observed.seen_events
+        if observed.events:
+            # Recorded, then remembered: a crash in between records them again, never loses them.
+            backend = {**current.backend, "events_cursor": observed.cursor}
+            current = await self._store.update_job(job.id, backend=backend) or current
+            self._remember(current)
+        self._event_cursors[job.id] = observed.cursor
         state = observed.state
         if state == current.state:
             if observed.reason and observed.reason != current.reason:

@@ -29,8 +29,9 @@ from aiohttp.test_utils import TestClient
 
 from paddlecloud.builder.app import create_app as create_builder
 from paddlecloud.builder.client import BuilderClient, BuilderError, BuilderUnavailable
+from paddlecloud.builder.errors import PROBLEMS, RequestRefused
 from paddlecloud.builder.spec import cache_key, check_requirements
-from paddlecloud.common.errors import ProblemError
+from paddlecloud.common.errors import problem_for_domain
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import STORE
 from paddlecloud.common.store import Job, Token, User, open_store
@@ -485,11 +486,12 @@ BAD_REQUIREMENTS = [
 
 @pytest.mark.parametrize("line", BAD_REQUIREMENTS)
 def test_requirements_that_would_reach_beyond_package_names_are_refused(line: str) -> None:
-    with pytest.raises(ProblemError) as caught:
+    with pytest.raises(RequestRefused) as caught:
         check_requirements(f"# ok\ntinypkg\n{line}\n", 64 * 1024)
-    assert caught.value.kind.status == 422
-    assert caught.value.errors == [{"field": "requirements", "message": caught.value.errors[0]["message"]}]
-    assert "line 3" in caught.value.detail
+    problem = problem_for_domain(caught.value, PROBLEMS)  # as the service shows it
+    assert problem.kind.status == 422
+    assert problem.errors == [{"field": "requirements", "message": caught.value.message}]
+    assert "line 3" in problem.detail
 
 
 def test_requirements_pip_reads_as_names_versions_and_urls_are_accepted() -> None:

@@ -484,3 +484,12 @@ async def test_reading_a_list_pages_with_cursors(jobs: Jobs) -> None:
     assert names == ["j4", "j3", "j2", "j1", "j0"]
     bad = await jobs.call("GET", "jobs", params={"all": "1", "cursor": "garbage"})
     assert bad.status == 400
+
+
+async def test_an_image_is_said_to_be_ignored_by_the_backend_that_ignores_it(jobs: Jobs) -> None:
+    package = jobs.package({"train.py": "print('ran')\n"})
+    await jobs.submit({"name": "imaged", "package": package, "image": "python:3.11"})
+    job = await jobs.wait("imaged", ("SUCCEEDED", "FAILED"))
+    assert job["state"] == "SUCCEEDED", job["reason"]
+    ignored = [e for e in job["events"] if e["reason"] == "ImageIgnored"]
+    assert len(ignored) == 1 and "python:3.11" in ignored[0]["message"], job["events"]

@@ -32,7 +32,7 @@ import sys
 import tarfile
 import zipfile
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.sandbox import Bind, chown_tree
 from paddlecloud.common.store import Job
-from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES
+from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES, utcnow
 from paddlecloud.pfs.paths import PfsPath, Root, parse_path
 
 from ..backend import (
@@ -76,9 +76,6 @@ class _Seen:
 
     state_key: tuple[int, int] = (0, 0)
     state: dict[str, Any] | None = None
-    events_offset: int = 0
-    events_count: int = 0
-    events: list[ObservedEvent] = field(default_factory=list)
 
 
 class LocalBackend(Backend):
@@ -220,7 +217,7 @@ class LocalBackend(Backend):
         package = self._package_dir(launch, job_dir)
         output = self._make_output(launch.output)
         env = dict(spec.env)
-        python = launch.python
+        python = launch.runtime.python if launch.runtime else None
         boxed: SandboxPlan | None = None
         if self._sandbox.enabled:
             uid = self._uids.uid_for(job.owner) if self._sandbox.switches_uid else os.geteuid()
@@ -290,6 +287,16 @@ class LocalBackend(Backend):
             python=python,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+        if spec.image is not None:
+            # The first line of the job's events; the supervisor appends the rest.
+            note = f"image {spec.image} is not used: this backend runs jobs with the platform's Python"
+            event = {
+                "time": utcnow().isoformat(),
+                "type": "Warning",
+                "reason": "ImageIgnored",
+                "message": note,
+            }
+            (job_dir / "events.jsonl").write_text(json.dumps(event) + "\n", encoding="utf-8")
         return plan
 
     def _package_dir(self, launch: Launch, job_dir: Path) -> Path:
@@ -396,70 +403,42 @@ class LocalBackend(Backend):
             seen.state_key = key
         return seen.state
 
-    async def observe(self, job: Job, seen_events: int) -> Observation:
+    async def observe(self, job: Job, cursor: str | None) -> Observation:
         job_dir = self._job_dir(job)
         if job_dir is None:
-            return Observation(PENDING, job.reason or "not started")
+            return Observation(PENDING, job.reason or "not started", cursor=cursor)
         state = self._read_state(job)
-        events = self._read_events(job, job_dir)
+        events, after = _read_events(job, job_dir, cursor)
         alive = self._supervisor_pid(job) is not None
         if not alive:
             # Read again: the supervisor may have written its end and exited since.
             state = self._read_state(job)
-        new_events = tuple(events[seen_events:])
+
+        def seen(current: str, reason: str, **times: Any) -> Observation:
+            return Observation(current, reason, events=events, cursor=after, **times)
+
         if state is None:
             if alive:
-                return Observation(PENDING, "starting", events=new_events, seen_events=len(events))
+                return seen(PENDING, "starting")
             output = _tail(job_dir / "supervisor.log")
-            return Observation(
-                FAILED,
-                f"the job's supervisor stopped before it started the job: {output}",
-                events=new_events,
-                seen_events=len(events),
-            )
+            return seen(FAILED, f"the job's supervisor stopped before it started the job: {output}")
         current = str(state.get("state", RUNNING))
         if current not in TERMINAL_STATES and not alive:
             pid = state.get("supervisor_pid")
-            return Observation(
-                FAILED,
-                f"the job's supervisor (pid {pid}) died without recording an end; its workers were stopped",
-                started_at=state.get("started_at"),
-                events=new_events,
-                seen_events=len(events),
+            reason = (
+                f"the job's supervisor (pid {pid}) died without recording an end; its workers were stopped"
             )
+            return seen(FAILED, reason, started_at=state.get("started_at"))
         if current == RUNNING and not any(w.get("state") == RUNNING for w in state.get("workers", ())):
             # The supervisor is up, but no worker runs yet (starting, or trainers waiting
             # for parameter servers): the job is still pending, and the reason says on what.
-            return Observation(
-                PENDING, str(state.get("reason", "starting")), events=new_events, seen_events=len(events)
-            )
-        return Observation(
+            return seen(PENDING, str(state.get("reason", "starting")))
+        return seen(
             current,
             str(state.get("reason", "")),
             started_at=state.get("started_at"),
             finished_at=state.get("finished_at"),
-            events=new_events,
-            seen_events=len(events),
         )
-
-    def _read_events(self, job: Job, job_dir: Path) -> list[ObservedEvent]:
-        seen = self._seen.setdefault(job.id, _Seen())
-        try:
-            with open(job_dir / "events.jsonl", "rb") as f:
-                f.seek(seen.events_offset)
-                data = f.read()
-        except FileNotFoundError:
-            return seen.events
-        end = data.rfind(b"\n") + 1  # only whole lines; the rest next time
-        for raw in data[:end].splitlines():
-            try:
-                item = json.loads(raw)
-                fields = (str(item[k]) for k in ("time", "type", "reason", "message"))
-                seen.events.append(ObservedEvent(*fields))
-            except (ValueError, KeyError, TypeError):
-                log.warning("unreadable event line", job=job.name, line=raw[:200])
-        seen.events_offset += end
-        return seen.events
 
     def forget(self, job: Job) -> None:
         """Drop what `observe` cached for a job that is final, and give back its GPUs."""
@@ -543,6 +522,27 @@ class LocalBackend(Backend):
         job_dir = self._job_dir(job)
         if job_dir is not None:
             await asyncio.to_thread(shutil.rmtree, job_dir, True)
+
+
+def _read_events(job: Job, job_dir: Path, cursor: str | None) -> tuple[tuple[ObservedEvent, ...], str]:
+    """The events the supervisor appended after `cursor` (`e<byte offset>` in
+    events.jsonl), and the cursor after them: whole lines only, the rest next time."""
+    offset = int(cursor[1:]) if cursor and cursor[0] == "e" and cursor[1:].isdigit() else 0
+    try:
+        with open(job_dir / "events.jsonl", "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return (), f"e{offset}"
+    end = data.rfind(b"\n") + 1
+    events = []
+    for raw in data[:end].splitlines():
+        try:
+            item = json.loads(raw)
+            events.append(ObservedEvent(*(str(item[k]) for k in ("time", "type", "reason", "message"))))
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable_event_line", job=job.name, line=raw[:200])
+    return tuple(events), f"e{offset + end}"
 
 
 def _with_cursors(

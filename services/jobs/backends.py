@@ -1,0 +1,17 @@
+"""The one place where the jobs service's backend is chosen: `jobs.backend` in the config."""
+
+from __future__ import annotations
+
+from paddlecloud.common.config import Config
+from paddlecloud.pfs.paths import Root
+
+from .backend import Backend
+
+
+def create_backend(config: Config, root: Root) -> Backend:
+    """The backend `jobs.backend` names, not opened yet."""
+    if config.jobs.backend == "local":
+        from .local.backend import LocalBackend
+
+        return LocalBackend(config, root)
+    raise ValueError(f"jobs.backend: unknown backend {config.jobs.backend!r}")
