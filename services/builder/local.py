@@ -428,7 +428,7 @@ class LocalBuildBackend(BuildBackend):
                 with open(path, "ab") as out:
                     _say(out, "build failed: the builder restarted during this build; nothing was published")
         if leftovers:
-            log.info("removed unpublished builds", count=len(leftovers))
+            log.info("unpublished_builds_removed", count=len(leftovers))
 
     # -- the size cap ----------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.store import Build, Store
 from paddlecloud.common.store.models import ACTIVE_STATES, FAILED, PENDING, RUNNING, SUCCEEDED, utcnow
+from paddlecloud.common.tasks import Spawned
 from paddlecloud.pfs.paths import resolve_for
 
 from .backend import BaseRefused, BuildBackend, BuildRequest, LogLine, LogQuery, Outcome
@@ -105,6 +106,7 @@ class Builder:
         self._slots = asyncio.Semaphore(self._section.max_concurrent_builds)
         self._locked = _KeyLocks()
         self._runners: dict[str, asyncio.Task[None]] = {}
+        self._running = Spawned()
         self._collect_lock = asyncio.Lock()
 
     @property
@@ -123,15 +125,12 @@ class Builder:
         logs = {str(build.info.get("log", build.id)) for build in interrupted}
         await self._backend.recover(sorted(logs))
         if interrupted:
-            log.warning("failed builds interrupted by a restart", count=len(interrupted))
+            log.warning("builds_interrupted_by_restart", count=len(interrupted))
         await self.collect()
 
     async def stop(self) -> None:
         """Stop every build under way; each records FAILED with the reason."""
-        tasks = list(self._runners.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._running.cancel()
 
     # -- requests --------------------------------------------------------------------
 
@@ -296,15 +295,14 @@ class Builder:
     # -- running ---------------------------------------------------------------------
 
     def _start_runner(self, request: BuildRequest) -> None:
-        task = asyncio.create_task(self._run(request), name=f"build-{request.build_id}")
+        task = self._running.spawn(f"build-{request.build_id}", self._run(request))
+        # Which keys are being built, for collection; a runner's crash is logged by Spawned.
         self._runners[request.key] = task
-        task.add_done_callback(lambda t: self._runner_done(request, t))
+        task.add_done_callback(lambda t: self._forget_runner(request.key, t))
 
-    def _runner_done(self, request: BuildRequest, task: asyncio.Task[None]) -> None:
-        if self._runners.get(request.key) is task:
-            del self._runners[request.key]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("build runner crashed", build=request.build_id, exc_info=task.exception())
+    def _forget_runner(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._runners.get(key) is task:
+            del self._runners[key]
 
     async def _run(self, request: BuildRequest) -> None:
         key = request.key
@@ -333,7 +331,7 @@ class Builder:
                 try:
                     await self.collect(keep=key)
                 except Exception:
-                    log.exception("cache collection failed", key=key)
+                    log.exception("cache_collection_failed", key=key)
         except asyncio.CancelledError:
             await self._finish(request, Outcome(False, STOPPED))
             raise
@@ -389,7 +387,7 @@ class Builder:
                 )
             if total > cap:
                 log.warning(
-                    "build cache over its cap; what is left is in use or recent", total=total, cap=cap
+                    "build_cache_over_cap", total=total, cap=cap, detail="what is left is in use or recent"
                 )
             return removed
 

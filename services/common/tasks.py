@@ -33,21 +33,44 @@ async def run_periodically(
         await asyncio.sleep(delay)
 
 
+class Spawned:
+    """Named tasks started as work arrives (a build to wait for, a build to run), each
+    guarded like `background`'s: a crash is logged at once, with the task's name. They are
+    kept until they end, and `cancel()` stops those still running (on shutdown)."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, name: str, coro: Awaitable[None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(_guarded(name, coro, report_return=False), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def cancel(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _guarded(name: str, coro: Awaitable[None], *, report_return: bool) -> None:
+    try:
+        await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("background_task_crashed", task=name)
+    else:
+        if report_return:
+            log.warning("background_task_returned", task=name)
+
+
 @contextlib.asynccontextmanager
 async def background(name: str, coro: Awaitable[None]) -> AsyncIterator[asyncio.Task[None]]:
     """Run `coro` as a named task for the duration of the block, then cancel and await it."""
 
-    async def guarded() -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background_task_crashed", task=name)
-        else:
-            log.warning("background_task_returned", task=name)
-
-    task = asyncio.create_task(guarded(), name=name)
+    task = asyncio.create_task(_guarded(name, coro, report_return=True), name=name)
     try:
         yield task
     finally:

@@ -44,6 +44,7 @@ from paddlecloud.common.store.models import (
     JobEvent,
     utcnow,
 )
+from paddlecloud.common.tasks import Spawned, background
 from paddlecloud.pfs.paths import PfsPath, Root, resolve_for
 from paddlecloud.pfs.usage import Usage
 
@@ -151,7 +152,7 @@ class JobManager:
     ) -> None:
         self._config = config
         self._builder = builder
-        self._build_tasks: set[asyncio.Task[None]] = set()
+        self._build_watchers = Spawned()
         self._store = store
         self._backend = backend
         self._root = root
@@ -374,46 +375,37 @@ class JobManager:
         return job
 
     def _watch_build(self, launch: Launch, build_id: str) -> None:
-        task = asyncio.create_task(self._await_build(launch, build_id), name=f"build-of-{launch.job.id}")
-        self._build_tasks.add(task)
-        task.add_done_callback(self._build_tasks.discard)
+        self._build_watchers.spawn(f"build-of-{launch.job.id}", self._await_build(launch, build_id))
 
     async def _await_build(self, launch: Launch, build_id: str) -> None:
         job = launch.job
         identity = Identity(job.owner)
-        try:
-            while True:
-                try:
-                    build = await self._builder.get_build(identity, build_id)
-                except BuilderUnavailable:
-                    build = {"state": "UNKNOWN"}  # it may be restarting: ask again
-                except BuilderError as exc:
-                    build = {"state": "FAILED", "reason": exc.detail}
-                state = build.get("state")
-                if state in ("SUCCEEDED", "FAILED"):
-                    break
-                current = await self._store.get_job_by_id(job.id)
-                if current is None or current.state != BUILDING:
-                    return  # killed or removed while it built
-                await asyncio.sleep(self._config.jobs.poll_seconds * 5)
-            if state == "FAILED":
-                reason = f"the environment build failed: {build.get('reason') or 'no reason given'}"
-                current = await self._store.get_job_by_id(job.id)
-                if current is not None and current.state == BUILDING:
-                    await self._event(current, "warning", "BuildFailed", reason)
-                    await self._transition(current, FAILED, reason, finished_at=utcnow())
-                return
-            await self._start(replace(launch, runtime=Runtime.from_dict(build)))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("waiting for a build failed", job=job.name, build=build_id)
+        while True:
+            try:
+                build = await self._builder.get_build(identity, build_id)
+            except BuilderUnavailable:
+                build = {"state": "UNKNOWN"}  # it may be restarting: ask again
+            except BuilderError as exc:
+                build = {"state": "FAILED", "reason": exc.detail}
+            state = build.get("state")
+            if state in ("SUCCEEDED", "FAILED"):
+                break
+            current = await self._store.get_job_by_id(job.id)
+            if current is None or current.state != BUILDING:
+                return  # killed or removed while it built
+            await asyncio.sleep(self._config.jobs.poll_seconds * 5)
+        if state == "FAILED":
+            reason = f"the environment build failed: {build.get('reason') or 'no reason given'}"
+            current = await self._store.get_job_by_id(job.id)
+            if current is not None and current.state == BUILDING:
+                await self._event(current, "warning", "BuildFailed", reason)
+                await self._transition(current, FAILED, reason, finished_at=utcnow())
+            return
+        await self._start(replace(launch, runtime=Runtime.from_dict(build)))
 
     async def close(self) -> None:
         """Stop waiting for builds (they go on; a restarted service waits again)."""
-        for task in list(self._build_tasks):
-            task.cancel()
-        await asyncio.gather(*self._build_tasks, return_exceptions=True)
+        await self._build_watchers.cancel()
 
     def _launch_for(self, job: Job) -> Launch:
         """The launch of a recorded job, its package looked at again (after a restart)."""
@@ -486,7 +478,7 @@ class JobManager:
             try:
                 total = total + Resources.of(JobSpec.model_validate(job.spec))
             except ValidationError:
-                log.warning("stored spec no longer valid", job=job.name, owner=owner)
+                log.warning("stored_spec_invalid", job=job.name, owner=owner)
         return total
 
     async def _all_jobs(self, owner: str | None, states: Collection[str]) -> AsyncIterator[Job]:
@@ -626,7 +618,7 @@ class JobManager:
         """Stop the job if it is active and record KILLED; with `remove`, forget it too."""
         job = await self.get(identity.user, name)
         if job.state in ACTIVE_STATES:
-            log.info("killing job", job=name, owner=job.owner)
+            log.info("job_killing", job=name, owner=job.owner)
             # Under the job's lock, so a build that finishes now cannot start it behind our back.
             async with self._job_lock(job.id):
                 job = await self._store.get_job_by_id(job.id) or job
@@ -697,7 +689,7 @@ class JobManager:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("reconcile failed", job=job.name, owner=job.owner)
+                    log.exception("reconcile_failed", job=job.name, owner=job.owner)
             await asyncio.sleep(self._config.jobs.poll_seconds)
 
     def _job_lock(self, job_id: str) -> asyncio.Lock:
@@ -768,7 +760,7 @@ class JobManager:
         title = {"RUNNING": "JobRunning"}.get(state, f"Job{state.capitalize()}")
         await self._state_event(updated, state, title, reason)
         self._remember(updated)
-        log.info("job state", job=job.name, owner=job.owner, state=state, reason=reason)
+        log.info("job_state_changed", job=job.name, owner=job.owner, state=state, reason=reason)
         return updated
 
     async def _state_event(self, job: Job, state: str, reason: str, message: str) -> None:
@@ -808,11 +800,8 @@ def _archived_requirements(archive: BinaryIO, kind: str) -> bytes | None:
 async def reconciling(manager: JobManager) -> AsyncIterator[None]:
     """Re-attach, then run the reconcile loop for the duration of the block."""
     await manager.resume()
-    task = asyncio.create_task(manager.run(), name="jobs-reconcile")
     try:
-        yield
+        async with background("jobs-reconcile", manager.run()):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await manager.close()

@@ -356,7 +356,7 @@ class LocalBackend(Backend):
                 # Its workers' launchers die with it (PR_SET_PDEATHSIG) and take their groups.
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-                log.warning("supervisor ignored SIGTERM; SIGKILLed", job=job.name, pid=pid)
+                log.warning("supervisor_sigkilled", job=job.name, pid=pid)
                 break
             await asyncio.sleep(0.05)
 
