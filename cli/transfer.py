@@ -494,7 +494,7 @@ class _UploadTask:
     remote: str
     label: str
     size: int
-    existing: dict[str, Any] | None = None
+    existing: Mapping[str, Any] | None = None
     checked: bool = False  # whether `existing` is known (from a listing) or must be asked for
 
 
@@ -503,7 +503,7 @@ class _DownloadTask:
     remote: str
     local: Path
     label: str
-    entry: dict[str, Any]
+    entry: Mapping[str, Any]
 
 
 class Transfers:
@@ -1122,7 +1122,7 @@ class Transfers:
         value = entry.get("sha256")
         return value if isinstance(value, str) else None
 
-    async def _remote_stat(self, path: str) -> dict[str, Any] | None:
+    async def _remote_stat(self, path: str) -> Mapping[str, Any] | None:
         try:
             return await self.client.pfs_stat(path)
         except ApiError as exc:
