@@ -185,6 +185,9 @@ class AsyncClient:
     your home (`data/x` is `/pfs/<datacenter>/home/<user>/data/x`): `datacenter` names the
     datacenter for those (the CLI passes the config's datacenter name), and the user is
     `username`, or who the token belongs to.
+
+    `on_chunk` is handed to every transfer: it is called with the running count after each
+    chunk moved (see `paddlecloud.transfer`).
     """
 
     def __init__(
@@ -198,6 +201,7 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         log: Callable[[str], None] | None = None,
         datacenter: str | None = None,
+        on_chunk: Callable[[int], None] | None = None,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.username = username
@@ -210,6 +214,8 @@ class AsyncClient:
         self._cache = token_cache
         self._timeout = timeout
         self._log = log
+        # Called with the running count after each chunk a transfer moves (see `Transfers`).
+        self._on_chunk = on_chunk
         self._session: aiohttp.ClientSession | None = None
         # Concurrent calls that all meet a stale token log in once between them.
         self._login_lock = asyncio.Lock()
@@ -442,6 +448,7 @@ class AsyncClient:
             jobs=jobs,
             overwrite=overwrite,
             verify=verify,
+            on_chunk=self._on_chunk,
         )
 
     # --- jobs ----------------------------------------------------------------------------
