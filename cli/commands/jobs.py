@@ -633,14 +633,9 @@ def _register_submit(tree: CommandTree) -> None:
             "and uploaded (only when PFS does not hold that exact package yet), then the job starts."
         ),
         epilog=SUBMIT_EPILOG,
+        # argparse cannot tell `--output PATH` (the job's) from the global `--output FORMAT`.
+        prepare_args=_split_output,
     )
-    # argparse cannot tell `--output PATH` (the job's) from the global `--output FORMAT`.
-    parse_known = parser.parse_known_args
-
-    def parse_known_args(args: Sequence[str] | None = None, namespace: Any = None) -> Any:
-        return parse_known(None if args is None else _split_output(list(args)), namespace)
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
     parser.add_argument(
         "package", nargs="?", metavar="PACKAGE", help="local directory or archive, or PFS path"
     )
