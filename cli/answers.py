@@ -127,14 +127,15 @@ class User(Answer):
 
 @dataclass(frozen=True, eq=False)
 class Entry(Answer):
-    """A PFS file or directory; `sha256` only when asked for."""
+    """A PFS file, directory or symlink (with its `target`); `sha256` only when asked for."""
 
     path: str | None = None
     name: str | None = None
     type: str | None = None
     size: int | None = None
-    mtime: str | float | None = None
+    mtime: str | None = None
     mode: str | int | None = None
+    target: str | None = None
     sha256: str | None = None
 
     @property

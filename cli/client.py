@@ -1040,6 +1040,8 @@ class Client:
     create_user = _blocking(AsyncClient.create_user)
     delete_user = _blocking(AsyncClient.delete_user)
     set_quota = _blocking(AsyncClient.set_quota)
+    pfs_user = _blocking(AsyncClient.pfs_user)
+    pfs_home = _blocking(AsyncClient.pfs_home)
     pfs_path = _blocking(AsyncClient.pfs_path)
     pfs_ls = _blocking(AsyncClient.pfs_ls)
     pfs_stat = _blocking(AsyncClient.pfs_stat)
@@ -1057,6 +1059,9 @@ class Client:
     quota = _blocking(AsyncClient.quota)
     kill = _blocking(AsyncClient.kill)
     wait = _blocking(AsyncClient.wait)
+    package_path = _blocking(AsyncClient.package_path)
+    package_on_pfs = _blocking(AsyncClient.package_on_pfs)
+    upload_package = _blocking(AsyncClient.upload_package)
     place_package = _blocking(AsyncClient.place_package)
     package = _blocking(AsyncClient.package)
     package_location = _blocking(AsyncClient.package_location)
@@ -1073,6 +1078,8 @@ class Client:
 
     def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> Job | DryRun:
         return self._run(self.aio.submit(spec, dry_run))
+
+    submit.__doc__ = AsyncClient.submit.__doc__
 
     logs = _blocking_iter(AsyncClient.logs)
 
