@@ -1024,14 +1024,7 @@ class Client:
             raise PaddleCloudError("this Client is closed")
         return self._runner.run(coro)
 
-    @property
-    def endpoint(self) -> str:
-        return self.aio.endpoint
-
-    @property
-    def token(self) -> str | None:
-        return self.aio.token
-
+    # who and what
     login = _blocking(AsyncClient.login)
     logout = _blocking(AsyncClient.logout)
     whoami = _blocking(AsyncClient.whoami)
@@ -1040,32 +1033,6 @@ class Client:
     create_user = _blocking(AsyncClient.create_user)
     delete_user = _blocking(AsyncClient.delete_user)
     set_quota = _blocking(AsyncClient.set_quota)
-    pfs_user = _blocking(AsyncClient.pfs_user)
-    pfs_home = _blocking(AsyncClient.pfs_home)
-    pfs_path = _blocking(AsyncClient.pfs_path)
-    pfs_ls = _blocking(AsyncClient.pfs_ls)
-    pfs_stat = _blocking(AsyncClient.pfs_stat)
-    pfs_mkdir = _blocking(AsyncClient.pfs_mkdir)
-    pfs_rm = _blocking(AsyncClient.pfs_rm)
-    pfs_mv = _blocking(AsyncClient.pfs_mv)
-    pfs_usage = _blocking(AsyncClient.pfs_usage)
-    upload = _blocking(AsyncClient.upload)
-    download = _blocking(AsyncClient.download)
-    submit_package = _blocking(AsyncClient.submit_package)
-    job = _blocking(AsyncClient.job)
-    jobs = _blocking(AsyncClient.jobs)
-    workers = _blocking(AsyncClient.workers)
-    events = _blocking(AsyncClient.events)
-    quota = _blocking(AsyncClient.quota)
-    kill = _blocking(AsyncClient.kill)
-    wait = _blocking(AsyncClient.wait)
-    package_path = _blocking(AsyncClient.package_path)
-    package_on_pfs = _blocking(AsyncClient.package_on_pfs)
-    upload_package = _blocking(AsyncClient.upload_package)
-    place_package = _blocking(AsyncClient.place_package)
-    package = _blocking(AsyncClient.package)
-    package_location = _blocking(AsyncClient.package_location)
-    request = _blocking(AsyncClient.request)
 
     @overload
     def submit(self, spec: Mapping[str, Any], dry_run: Literal[False] = False) -> Job: ...
@@ -1082,6 +1049,16 @@ class Client:
     submit.__doc__ = AsyncClient.submit.__doc__
 
     logs = _blocking_iter(AsyncClient.logs)
+
+    # jobs
+    submit_package = _blocking(AsyncClient.submit_package)
+    job = _blocking(AsyncClient.job)
+    jobs = _blocking(AsyncClient.jobs)
+    workers = _blocking(AsyncClient.workers)
+    events = _blocking(AsyncClient.events)
+    quota = _blocking(AsyncClient.quota)
+    kill = _blocking(AsyncClient.kill)
+    wait = _blocking(AsyncClient.wait)
 
     def _iterate(self, stream: AsyncGenerator[T, None]) -> Iterator[T]:
         """An async generator as a plain iterator; each item is fetched when asked for."""
@@ -1101,3 +1078,35 @@ class Client:
         finally:
             if not self._closed:
                 self._run(stream.aclose())
+
+    # PFS
+    pfs_user = _blocking(AsyncClient.pfs_user)
+    pfs_home = _blocking(AsyncClient.pfs_home)
+    pfs_path = _blocking(AsyncClient.pfs_path)
+    pfs_ls = _blocking(AsyncClient.pfs_ls)
+    pfs_stat = _blocking(AsyncClient.pfs_stat)
+    pfs_mkdir = _blocking(AsyncClient.pfs_mkdir)
+    pfs_rm = _blocking(AsyncClient.pfs_rm)
+    pfs_mv = _blocking(AsyncClient.pfs_mv)
+    pfs_usage = _blocking(AsyncClient.pfs_usage)
+    upload = _blocking(AsyncClient.upload)
+    download = _blocking(AsyncClient.download)
+
+    @property
+    def endpoint(self) -> str:
+        return self.aio.endpoint
+
+    @property
+    def token(self) -> str | None:
+        return self.aio.token
+
+    # job packages
+    package_path = _blocking(AsyncClient.package_path)
+    package_on_pfs = _blocking(AsyncClient.package_on_pfs)
+    upload_package = _blocking(AsyncClient.upload_package)
+    place_package = _blocking(AsyncClient.place_package)
+    package = _blocking(AsyncClient.package)
+    package_location = _blocking(AsyncClient.package_location)
+
+    # the transport
+    request = _blocking(AsyncClient.request)
