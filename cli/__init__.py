@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from .answers import DryRun, Entry, Event, Job, LogEntry, Quota, Worker
     from .client import AsyncClient, Client
     from .errors import ApiError, ConnectionProblem, PaddleCloudError
     from .paddlejob import JobWaitTimeout, LogStreamLost, PaddleJob
@@ -18,12 +19,19 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConnectionProblem",
+    "DryRun",
+    "Entry",
+    "Event",
+    "Job",
     "JobWaitTimeout",
+    "LogEntry",
     "LogStreamLost",
     "PaddleCloudError",
     "PaddleJob",
+    "Quota",
     "TransferFailed",
     "TransferReport",
+    "Worker",
     "__version__",
 ]
 
@@ -34,6 +42,13 @@ _LAZY = {
     "Client": ".client",
     "ApiError": ".errors",
     "ConnectionProblem": ".errors",
+    "DryRun": ".answers",
+    "Entry": ".answers",
+    "Event": ".answers",
+    "Job": ".answers",
+    "LogEntry": ".answers",
+    "Quota": ".answers",
+    "Worker": ".answers",
     "PaddleCloudError": ".errors",
     "PaddleJob": ".paddlejob",
     "JobWaitTimeout": ".paddlejob",

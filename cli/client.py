@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json as jsonlib
 import os
 import shutil
@@ -13,12 +14,28 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, 
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, overload
 from urllib.parse import quote, urlencode
 
 import aiohttp
 
 from . import __version__, pfspaths
+from .answers import (
+    A,
+    DryRun,
+    Entry,
+    Event,
+    Job,
+    Listing,
+    LogEntry,
+    Quota,
+    Token,
+    Usage,
+    User,
+    Version,
+    Whoami,
+    Worker,
+)
 from .config import paddle_home
 from .errors import (
     MAX_ERROR_BODY,
@@ -30,7 +47,7 @@ from .errors import (
     summarize_body,
 )
 from .package import PACKAGE_DIR, Package, prepare
-from .paddlejob import JobWaitTimeout, LogStreamLost, is_final
+from .paddlejob import JobWaitTimeout, LogStreamLost
 from .progress import Progress
 from .transfer import DEFAULT_JOBS, STATE_FILE, ResumeState, TransferFailed, TransferReport, Transfers
 
@@ -39,12 +56,19 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ConnectionProblem",
+    "DryRun",
+    "Entry",
+    "Event",
+    "Job",
     "JobWaitTimeout",
     "LogStreamLost",
     "PaddleCloudError",
+    "Quota",
+    "SubmitSteps",
     "TokenSlot",
     "TransferFailed",
     "TransferReport",
+    "Worker",
 ]
 
 API_PREFIX = "/api/v1/"
@@ -71,6 +95,7 @@ LoginPolicy = Literal["eager", "lazy", "never"]
 QueryValue = str | int | float | bool | None
 
 T = TypeVar("T")
+P = ParamSpec("P")
 _UNSET: Any = object()
 LocalPaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 RemotePaths = str | Sequence[str]
@@ -120,6 +145,34 @@ class _SlicedBody(aiohttp.payload.Payload):
             await writer.write(view[at : at + BODY_SLICE])
 
 
+class SubmitSteps:
+    """What placing a job package tells its caller as it goes; this base says nothing.
+
+    `place_package` calls `remote` for a PFS path; for a local one `packed` once it is packed,
+    then `found` (PFS holds it), `would_upload` (no upload asked for) or `uploading`, whose
+    answer is the progress the upload shows (`progress`, given here, by default).
+    """
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.progress = progress
+
+    def remote(self, path: str) -> None:
+        """The package is already on PFS, at `path`."""
+
+    def packed(self, pkg: Package, source: str) -> None:
+        """The local `source` was packed (or an archive taken as it is) into `pkg`."""
+
+    def found(self, path: str) -> None:
+        """PFS already holds that exact package, at `path`."""
+
+    def would_upload(self, pkg: Package, path: str) -> None:
+        """The package is not on PFS, and no upload was asked for; it would go to `path`."""
+
+    def uploading(self, pkg: Package, path: str) -> Progress | None:
+        """The package is about to be uploaded to `path`; returns the progress to show."""
+        return self.progress
+
+
 class AsyncClient:
     """A client for one gateway endpoint and one user.
 
@@ -132,6 +185,9 @@ class AsyncClient:
     your home (`data/x` is `/pfs/<datacenter>/home/<user>/data/x`): `datacenter` names the
     datacenter for those (the CLI passes the config's datacenter name), and the user is
     `username`, or who the token belongs to.
+
+    `on_chunk` is handed to every transfer: it is called with the running count after each
+    chunk moved (see `paddlecloud.transfer`).
     """
 
     def __init__(
@@ -145,6 +201,7 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         log: Callable[[str], None] | None = None,
         datacenter: str | None = None,
+        on_chunk: Callable[[int], None] | None = None,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.username = username
@@ -157,6 +214,8 @@ class AsyncClient:
         self._cache = token_cache
         self._timeout = timeout
         self._log = log
+        # Called with the running count after each chunk a transfer moves (see `Transfers`).
+        self._on_chunk = on_chunk
         self._session: aiohttp.ClientSession | None = None
         # Concurrent calls that all meet a stale token log in once between them.
         self._login_lock = asyncio.Lock()
@@ -192,7 +251,7 @@ class AsyncClient:
 
     # --- the API -------------------------------------------------------------------------
 
-    async def login(self) -> dict[str, Any]:
+    async def login(self) -> Token:
         """Trade the username and password for a token, keep it, and cache it if there is a cache.
 
         Returns the server's answer: `{token, expires_at, user, admin}`.
@@ -210,7 +269,7 @@ class AsyncClient:
         self._expires_at = expires_at if isinstance(expires_at, str) else None
         if self._cache is not None:
             self._cache.store(body["token"], self._expires_at)
-        return body
+        return Token.from_dict(body)
 
     async def logout(self) -> bool:
         """Revoke the token on the server and forget it; False if there was no token to revoke."""
@@ -227,45 +286,42 @@ class AsyncClient:
         self._forget(token)
         return True
 
-    async def whoami(self) -> dict[str, Any]:
-        """`{user, admin, expires_at}` for the token in use."""
-        return await self._object("GET", "auth/whoami")
+    async def whoami(self) -> Whoami:
+        """Who the token in use belongs to: user, admin, expires_at, datacenter, home."""
+        return await self._answer(Whoami, "GET", "auth/whoami")
 
-    async def version(self) -> dict[str, Any]:
-        """The server's `{version, api}`. Logs in only if the server insists (401)."""
-        return await self._object("GET", "version", login="lazy")
+    async def version(self) -> Version:
+        """The server's version and API version. Logs in only if the server insists (401)."""
+        return await self._answer(Version, "GET", "version", login="lazy")
 
-    async def users(self) -> list[dict[str, Any]]:
+    async def users(self) -> list[User]:
         """Every user (admin only)."""
-        body = await self._object("GET", "users")
-        users = body.get("users")
-        if not isinstance(users, list):
-            raise UnexpectedAnswer(f"{self.endpoint} answered GET users without a `users` list")
-        return users
+        return await self._list(User, "GET", "users", "users")
 
-    async def create_user(self, name: str, password: str, admin: bool = False) -> dict[str, Any]:
+    async def create_user(self, name: str, password: str, admin: bool = False) -> User:
         """Create a user (admin only); returns the new `User`."""
-        return await self._object("POST", "users", json={"name": name, "password": password, "admin": admin})
+        body = {"name": name, "password": password, "admin": admin}
+        return await self._answer(User, "POST", "users", json=body)
 
     async def delete_user(self, name: str) -> None:
         """Delete a user (admin only)."""
         await self.request("DELETE", f"users/{quote(name, safe='')}")
 
-    async def set_quota(self, name: str, **quota: str | int | None) -> dict[str, Any]:
+    async def set_quota(self, name: str, **quota: str | int | None) -> User:
         """Replace a user's quota (admin only): `cpu`, `memory`, `storage` as Kubernetes quantities
         (`"4"`, `"500m"`, `"8Gi"`), `gpu` and `jobs` as integers; a key left out or None means
         unlimited. Returns the updated `User`."""
         unknown = sorted(set(quota) - set(QUOTA_KEYS))
         if unknown:
             raise ValueError(f"unknown quota keys {unknown}; known: {', '.join(QUOTA_KEYS)}")
-        return await self._object("PUT", f"users/{quote(name, safe='')}/quota", json=quota)
+        return await self._answer(User, "PUT", f"users/{quote(name, safe='')}/quota", json=quota)
 
     # --- PFS -----------------------------------------------------------------------------
 
     async def pfs_user(self) -> str:
         """Whose home relative PFS paths are in: `username`, else the token's user."""
         if not self.username:
-            user = (await self.whoami()).get("user")
+            user = (await self.whoami()).user
             if not isinstance(user, str) or not user:
                 raise UnexpectedAnswer(f"{self.endpoint} answered whoami without a user")
             self.username = user
@@ -278,7 +334,7 @@ class AsyncClient:
         only a label (two users of one platform need two entries with different names).
         """
         if self._home is None:
-            home = (await self.whoami()).get("home")
+            home = (await self.whoami()).home
             if isinstance(home, str) and home.startswith("/pfs/") and home.count("/") == 4:
                 self._home = home
             else:  # a server that does not say: fall back to the config's name
@@ -292,35 +348,35 @@ class AsyncClient:
             return pfspaths.resolve(path, datacenter, user)
         return pfspaths.resolve(path, None, None)
 
-    async def pfs_ls(self, path: str = "", recursive: bool = False) -> dict[str, Any]:
-        """`{path, entries}`: a directory's entries (all descendants with `recursive`), or a file's own."""
-        resolved = await self.pfs_path(path)
-        return await self._object("GET", "pfs/ls", params={"path": resolved, "recursive": recursive or None})
+    async def pfs_ls(self, path: str = "", recursive: bool = False) -> Listing:
+        """A directory's entries (all descendants with `recursive`), or a file's own."""
+        params: dict[str, QueryValue] = {"path": await self.pfs_path(path), "recursive": recursive or None}
+        return await self._answer(Listing, "GET", "pfs/ls", params=params)
 
-    async def pfs_stat(self, path: str, checksum: bool = False) -> dict[str, Any]:
-        """One entry `{path, name, type, size, mtime, mode}`; with `checksum`, a file's `sha256` too."""
+    async def pfs_stat(self, path: str, checksum: bool = False) -> Entry:
+        """One entry (path, name, type, size, mtime, mode); with `checksum`, a file's `sha256` too."""
         resolved = await self.pfs_path(path)
         params: dict[str, QueryValue] = {"path": resolved, "checksum": "sha256" if checksum else None}
-        return await self._object("GET", "pfs/stat", params=params)
+        return await self._answer(Entry, "GET", "pfs/stat", params=params)
 
-    async def pfs_mkdir(self, path: str, parents: bool = True) -> dict[str, Any]:
+    async def pfs_mkdir(self, path: str, parents: bool = True) -> Entry:
         """Make a directory (and its parents); returns its entry. Existing already is fine with `parents`."""
-        resolved = await self.pfs_path(path)
-        return await self._object("POST", "pfs/mkdir", json={"path": resolved, "parents": parents})
+        body = {"path": await self.pfs_path(path), "parents": parents}
+        return await self._answer(Entry, "POST", "pfs/mkdir", json=body)
 
     async def pfs_rm(self, path: str, recursive: bool = False) -> None:
         """Remove a file, or a directory (a non-empty one only with `recursive`)."""
         resolved = await self.pfs_path(path)
         await self.request("DELETE", "pfs/files", params={"path": resolved, "recursive": recursive or None})
 
-    async def pfs_mv(self, src: str, dst: str, overwrite: bool = False) -> dict[str, Any]:
+    async def pfs_mv(self, src: str, dst: str, overwrite: bool = False) -> Entry:
         """Move or rename within PFS; returns the entry at `dst`. An existing `dst` needs `overwrite`."""
         body = {"src": await self.pfs_path(src), "dst": await self.pfs_path(dst), "overwrite": overwrite}
-        return await self._object("POST", "pfs/mv", json=body)
+        return await self._answer(Entry, "POST", "pfs/mv", json=body)
 
-    async def pfs_usage(self, user: str | None = None) -> dict[str, Any]:
-        """`{user, bytes, files, limit}` of your home, or of `user`'s (admins only)."""
-        return await self._object("GET", "pfs/usage", params={"user": user})
+    async def pfs_usage(self, user: str | None = None) -> Usage:
+        """The bytes and files of your home, and its limit; or of `user`'s (admins only)."""
+        return await self._answer(Usage, "GET", "pfs/usage", params={"user": user})
 
     async def upload(
         self,
@@ -392,30 +448,63 @@ class AsyncClient:
             jobs=jobs,
             overwrite=overwrite,
             verify=verify,
+            on_chunk=self._on_chunk,
         )
 
     # --- jobs ----------------------------------------------------------------------------
 
-    async def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> dict[str, Any]:
+    @overload
+    async def submit(self, spec: Mapping[str, Any], dry_run: Literal[False] = False) -> Job: ...
+
+    @overload
+    async def submit(self, spec: Mapping[str, Any], dry_run: Literal[True]) -> DryRun: ...
+
+    @overload
+    async def submit(self, spec: Mapping[str, Any], dry_run: bool) -> Job | DryRun: ...
+
+    async def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> Job | DryRun:
         """Start a job from its spec (DESIGN §4); returns the new `Job`.
 
         Send only the fields you mean: the server fills in the defaults. With `dry_run` the
         server checks the spec, the quota and the package and starts nothing; the answer is
-        then `{dry_run, job, workers, package}`.
+        then the plan, a `DryRun`. `submit_package` packs and uploads the package first.
         """
-        return await self._object("POST", "jobs", json=dict(spec), params={"dry_run": dry_run or None})
+        params: dict[str, QueryValue] = {"dry_run": dry_run or None}
+        body = await self._object("POST", "jobs", json=dict(spec), params=params)
+        return DryRun.from_dict(body) if dry_run else Job.from_dict(body)
 
-    async def job(self, name: str) -> dict[str, Any]:
-        """One job: `Job` with its `events` and `workers`."""
-        return await self._object("GET", _job_path(name))
+    async def submit_package(
+        self,
+        spec: Mapping[str, Any],
+        package: str | os.PathLike[str],
+        *,
+        dry_run: bool = False,
+        steps: SubmitSteps | None = None,
+    ) -> Job | DryRun:
+        """Pack and submit: place `package` on PFS (see `place_package`), then submit `spec` with it.
+
+        Before an upload the server judges spec, name and quota (a dry run), so a mistake does
+        not cost the upload. With `dry_run` nothing is uploaded or started and the plan is
+        returned; a local package not on PFS yet is then reported missing, which is expected.
+        """
+        check = None if dry_run else spec
+        remote = await self.place_package(package, upload=not dry_run, check=check, steps=steps)
+        full = {**spec, "package": remote}
+        if dry_run:
+            return await self.submit(full, dry_run=True)
+        return await self.submit(full)
+
+    async def job(self, name: str) -> Job:
+        """One job, with its `events` and `workers`."""
+        return await self._answer(Job, "GET", _job_path(name))
 
     async def jobs(
         self, all: bool = False, state: str | Sequence[str] | None = None, limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Job]:
         """Your jobs, newest first: active ones, or with `all` finished ones too; `state` filters
         (one state or several). Follows the server's pages up to `limit` jobs (None: all)."""
         states = state if isinstance(state, str) or state is None else ",".join(state)
-        found: list[dict[str, Any]] = []
+        found: list[Job] = []
         cursor: str | None = None
         while True:
             page = JOBS_PAGE if limit is None else max(1, min(JOBS_PAGE, limit - len(found)))
@@ -426,9 +515,7 @@ class AsyncClient:
                 "cursor": cursor,
             }
             body = await self._object("GET", "jobs", params=params)
-            batch = body.get("jobs")
-            if not isinstance(batch, list):
-                raise UnexpectedAnswer(f"{self.endpoint} answered GET jobs without a `jobs` list")
+            batch = self._items(Job, body, "GET jobs", "jobs")
             found.extend(batch)
             next_cursor = body.get("next_cursor")
             if not isinstance(next_cursor, str) or not next_cursor or not batch:
@@ -438,23 +525,23 @@ class AsyncClient:
             cursor = next_cursor
         return found if limit is None else found[:limit]
 
-    async def workers(self, name: str) -> list[dict[str, Any]]:
-        """The job's parameter servers and trainers: `{name, role, index, state, restarts, ...}`."""
-        return await self._list("GET", _job_path(name, "workers"), "workers")
+    async def workers(self, name: str) -> list[Worker]:
+        """The job's parameter servers and trainers."""
+        return await self._list(Worker, "GET", _job_path(name, "workers"), "workers")
 
-    async def events(self, name: str) -> list[dict[str, Any]]:
-        """The job's events, oldest first: `{time, type, reason, message, state}`."""
-        return await self._list("GET", _job_path(name, "events"), "events")
+    async def events(self, name: str) -> list[Event]:
+        """The job's events, oldest first."""
+        return await self._list(Event, "GET", _job_path(name, "events"), "events")
 
-    async def quota(self) -> dict[str, Any]:
-        """Your usage against your limits: `{user, cpu: {used, limit}, gpu, memory, jobs, storage}`."""
-        return await self._object("GET", "quota")
+    async def quota(self) -> Quota:
+        """Your usage against your limits (cpu, gpu, memory, jobs, storage), and the GPUs held."""
+        return await self._answer(Quota, "GET", "quota")
 
-    async def kill(self, name: str, rm: bool = False) -> dict[str, Any] | None:
+    async def kill(self, name: str, rm: bool = False) -> Job | None:
         """Stop every process of the job (it ends KILLED if it was still active) and return it;
         with `rm` also remove it and its logs from history (returns None then)."""
         body = await self.request("DELETE", _job_path(name), params={"rm": rm or None})
-        return body if isinstance(body, dict) else None
+        return Job.from_dict(body) if isinstance(body, dict) else None
 
     async def wait(
         self,
@@ -462,14 +549,14 @@ class AsyncClient:
         timeout: float | None = None,  # noqa: ASYNC109 - the blocking Client's twin takes the same
         *,
         interval: float = WAIT_INTERVAL,
-    ) -> dict[str, Any]:
+    ) -> Job:
         """Poll the job until it is SUCCEEDED, FAILED or KILLED and return it (events and workers
         included); raise `JobWaitTimeout` when `timeout` seconds pass first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = interval
         while True:
             job = await self.job(name)
-            if is_final(job):
+            if job.final:
                 return job
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -489,8 +576,8 @@ class AsyncClient:
         worker: str | Sequence[str] | None = None,
         cursor: str | None = None,
         reconnect_for: float = LOG_RECONNECT_SECONDS,
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        """The job's log lines as `{worker, line, cursor}`, parameter servers' included.
+    ) -> AsyncGenerator[LogEntry, None]:
+        """The job's log lines (`LogEntry`: worker, line, cursor), parameter servers' included.
 
         `tail` starts from the last N lines of each worker; `follow` goes on until the job
         has ended and every line was sent; `role` (`trainer` or `pserver`) and `worker`
@@ -533,8 +620,8 @@ class AsyncClient:
                             entry = self._log_entry(raw, name)
                             if entry is None:
                                 continue
-                            if isinstance(entry.get("cursor"), str):
-                                last = entry["cursor"]
+                            if entry.cursor is not None:
+                                last = entry.cursor
                             failing_since, attempt = None, 0
                             yield entry
                     # A clean end of the body; a last line without its newline still counts.
@@ -556,7 +643,7 @@ class AsyncClient:
                     self._log(f"log stream of {name} broke ({exc}); reconnecting (attempt {attempt})")
                 await asyncio.sleep(min(LOG_RETRY_MAX_DELAY, LOG_RETRY_BASE_DELAY * 2 ** (attempt - 1)))
 
-    def _log_entry(self, raw: bytes, name: str) -> dict[str, Any] | None:
+    def _log_entry(self, raw: bytes, name: str) -> LogEntry | None:
         if not raw.strip():
             return None
         try:
@@ -568,7 +655,7 @@ class AsyncClient:
             ) from None
         if not isinstance(entry, dict):
             raise UnexpectedAnswer(f"{self.endpoint} sent a log line of job {name} that is not an object")
-        return entry
+        return LogEntry.from_dict(entry)
 
     # --- job packages ----------------------------------------------------------------------
 
@@ -587,7 +674,7 @@ class AsyncClient:
             raise
         # The name is the content's sha256 and PFS places a file only once it is complete
         # and verified, so the size is all there is left to check.
-        return remote if entry.get("type") == "file" and entry.get("size") == pkg.size else None
+        return remote if entry.type == "file" and entry.size == pkg.size else None
 
     async def upload_package(self, pkg: Package, *, progress: Progress | None = None) -> str:
         """Upload `pkg` to its place on PFS (replacing a damaged copy); returns its PFS path."""
@@ -595,34 +682,52 @@ class AsyncClient:
         await self.upload(pkg.archive, remote, jobs=1, overwrite=True, progress=progress)
         return remote
 
-    async def package(self, path: str | os.PathLike[str], *, progress: Progress | None = None) -> str:
-        """The PFS path of a job package, uploading it first if PFS does not hold it yet.
+    async def place_package(
+        self,
+        package: str | os.PathLike[str],
+        *,
+        upload: bool = True,
+        check: Mapping[str, Any] | None = None,
+        steps: SubmitSteps | None = None,
+    ) -> str:
+        """The PFS path of a job package, uploading it first (with `upload`) if PFS lacks it.
 
-        `path` is a local directory (packed reproducibly, see `paddlecloud.package`), a local
-        `.tar.gz`/`.zip`, or already a PFS path (`/pfs/...`, `pfs:x`), returned resolved.
+        `package` is a local directory (packed reproducibly, see `paddlecloud.package`), a
+        local `.tar.gz`/`.zip`, or already a PFS path (`/pfs/...`, `pfs:x`), returned resolved.
+        With `check`, a job spec, the server judges it (a dry run) before anything is uploaded.
+        `steps` hears what happens, and gives the upload its progress.
         """
-        text = os.fspath(path)
+        steps = steps or SubmitSteps()
+        text = os.fspath(package)
         if pfspaths.is_remote(text):
-            return await self.pfs_path(text)
+            remote = await self.pfs_path(text)
+            steps.remote(remote)
+            return remote
         workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
         try:
             pkg = await asyncio.to_thread(prepare, Path(text), Path(workdir))
-            remote = await self.package_on_pfs(pkg)
-            return remote or await self.upload_package(pkg, progress=progress)
+            steps.packed(pkg, text)
+            existing = await self.package_on_pfs(pkg)
+            if existing:
+                steps.found(existing)
+                return existing
+            remote = await self.package_path(pkg.filename)
+            if not upload:
+                steps.would_upload(pkg, remote)
+                return remote
+            if check is not None:
+                await self.submit({**check, "package": remote}, dry_run=True)
+            return await self.upload_package(pkg, progress=steps.uploading(pkg, remote))
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    async def package(self, path: str | os.PathLike[str], *, progress: Progress | None = None) -> str:
+        """The PFS path of a job package, uploading it first if PFS does not hold it yet."""
+        return await self.place_package(path, steps=SubmitSteps(progress))
 
     async def package_location(self, path: str | os.PathLike[str]) -> str:
         """The PFS path `package(path)` would return, without uploading anything."""
-        text = os.fspath(path)
-        if pfspaths.is_remote(text):
-            return await self.pfs_path(text)
-        workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
-        try:
-            pkg = await asyncio.to_thread(prepare, Path(text), Path(workdir))
-            return await self.package_path(pkg.filename)
-        finally:
-            await asyncio.to_thread(shutil.rmtree, workdir, True)
+        return await self.place_package(path, upload=False)
 
     # --- the transport that later features reuse ---------------------------------------------
 
@@ -797,12 +902,17 @@ class AsyncClient:
             raise UnexpectedAnswer(f"{self.endpoint} answered {method} {path} without a JSON object")
         return body
 
-    async def _list(self, method: str, path: str, key: str) -> list[dict[str, Any]]:
-        body = await self._object(method, path)
+    async def _answer(self, kind: type[A], method: str, path: str, **kwargs: Any) -> A:
+        return kind.from_dict(await self._object(method, path, **kwargs))
+
+    async def _list(self, kind: type[A], method: str, path: str, key: str) -> list[A]:
+        return self._items(kind, await self._object(method, path), f"{method} {path}", key)
+
+    def _items(self, kind: type[A], body: Mapping[str, Any], call: str, key: str) -> list[A]:
         items = body.get(key)
         if not isinstance(items, list):
-            raise UnexpectedAnswer(f"{self.endpoint} answered {method} {path} without a `{key}` list")
-        return items
+            raise UnexpectedAnswer(f"{self.endpoint} answered {call} without a `{key}` list")
+        return [kind.from_dict(item) for item in items if isinstance(item, Mapping)]
 
     def _connection_problem(self, exc: BaseException) -> ConnectionProblem:
         reason: str
@@ -843,11 +953,37 @@ def _query(params: Mapping[str, QueryValue] | None) -> dict[str, str] | None:
     return out
 
 
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """`AsyncClient`'s coroutine method as a method of `Client` that runs it to completion."""
+
+    @functools.wraps(method)
+    def run(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self.aio, *args, **kwargs))
+
+    return run
+
+
+def _blocking_iter(
+    method: Callable[Concatenate[AsyncClient, P], AsyncGenerator[T, None]],
+) -> Callable[Concatenate[Client, P], Iterator[T]]:
+    """`AsyncClient`'s async generator method as a method of `Client` that gives a plain iterator."""
+
+    @functools.wraps(method)
+    def run(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._iterate(method(self.aio, *args, **kwargs))
+
+    return run
+
+
 class Client:
     """The blocking client: `AsyncClient`'s methods, each run to completion on a private event loop.
 
-    Use it as a context manager, or call `close()`. It cannot be used from inside a running event
-    loop (use `AsyncClient` there), nor from several threads at once.
+    It takes the same arguments as `AsyncClient`, and its methods are `AsyncClient`'s, made
+    blocking (their documentation is there). Use it as a context manager, or call `close()`.
+    It cannot be used from inside a running event loop (use `AsyncClient` there), nor from
+    several threads at once.
     """
 
     def __init__(
@@ -856,22 +992,9 @@ class Client:
         username: str | None = None,
         password: str | None = None,
         token: str | None = None,
-        *,
-        token_cache: TokenSlot | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        log: Callable[[str], None] | None = None,
-        datacenter: str | None = None,
+        **options: Any,
     ) -> None:
-        self.aio = AsyncClient(
-            endpoint,
-            username,
-            password,
-            token,
-            token_cache=token_cache,
-            timeout=timeout,
-            log=log,
-            datacenter=datacenter,
-        )
+        self.aio = AsyncClient(endpoint, username, password, token, **options)
         self._runner = asyncio.Runner()
         self._closed = False
 
@@ -901,6 +1024,74 @@ class Client:
             raise PaddleCloudError("this Client is closed")
         return self._runner.run(coro)
 
+    # who and what
+    login = _blocking(AsyncClient.login)
+    logout = _blocking(AsyncClient.logout)
+    whoami = _blocking(AsyncClient.whoami)
+    version = _blocking(AsyncClient.version)
+    users = _blocking(AsyncClient.users)
+    create_user = _blocking(AsyncClient.create_user)
+    delete_user = _blocking(AsyncClient.delete_user)
+    set_quota = _blocking(AsyncClient.set_quota)
+
+    @overload
+    def submit(self, spec: Mapping[str, Any], dry_run: Literal[False] = False) -> Job: ...
+
+    @overload
+    def submit(self, spec: Mapping[str, Any], dry_run: Literal[True]) -> DryRun: ...
+
+    @overload
+    def submit(self, spec: Mapping[str, Any], dry_run: bool) -> Job | DryRun: ...
+
+    def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> Job | DryRun:
+        return self._run(self.aio.submit(spec, dry_run))
+
+    submit.__doc__ = AsyncClient.submit.__doc__
+
+    logs = _blocking_iter(AsyncClient.logs)
+
+    # jobs
+    submit_package = _blocking(AsyncClient.submit_package)
+    job = _blocking(AsyncClient.job)
+    jobs = _blocking(AsyncClient.jobs)
+    workers = _blocking(AsyncClient.workers)
+    events = _blocking(AsyncClient.events)
+    quota = _blocking(AsyncClient.quota)
+    kill = _blocking(AsyncClient.kill)
+    wait = _blocking(AsyncClient.wait)
+
+    def _iterate(self, stream: AsyncGenerator[T, None]) -> Iterator[T]:
+        """An async generator as a plain iterator; each item is fetched when asked for."""
+
+        async def step() -> tuple[bool, T | None]:
+            try:
+                return True, await stream.__anext__()
+            except StopAsyncIteration:
+                return False, None
+
+        try:
+            while True:
+                more, item = self._run(step())
+                if not more or item is None:
+                    return
+                yield item
+        finally:
+            if not self._closed:
+                self._run(stream.aclose())
+
+    # PFS
+    pfs_user = _blocking(AsyncClient.pfs_user)
+    pfs_home = _blocking(AsyncClient.pfs_home)
+    pfs_path = _blocking(AsyncClient.pfs_path)
+    pfs_ls = _blocking(AsyncClient.pfs_ls)
+    pfs_stat = _blocking(AsyncClient.pfs_stat)
+    pfs_mkdir = _blocking(AsyncClient.pfs_mkdir)
+    pfs_rm = _blocking(AsyncClient.pfs_rm)
+    pfs_mv = _blocking(AsyncClient.pfs_mv)
+    pfs_usage = _blocking(AsyncClient.pfs_usage)
+    upload = _blocking(AsyncClient.upload)
+    download = _blocking(AsyncClient.download)
+
     @property
     def endpoint(self) -> str:
         return self.aio.endpoint
@@ -909,187 +1100,13 @@ class Client:
     def token(self) -> str | None:
         return self.aio.token
 
-    def login(self) -> dict[str, Any]:
-        return self._run(self.aio.login())
+    # job packages
+    package_path = _blocking(AsyncClient.package_path)
+    package_on_pfs = _blocking(AsyncClient.package_on_pfs)
+    upload_package = _blocking(AsyncClient.upload_package)
+    place_package = _blocking(AsyncClient.place_package)
+    package = _blocking(AsyncClient.package)
+    package_location = _blocking(AsyncClient.package_location)
 
-    def logout(self) -> bool:
-        return self._run(self.aio.logout())
-
-    def whoami(self) -> dict[str, Any]:
-        return self._run(self.aio.whoami())
-
-    def version(self) -> dict[str, Any]:
-        return self._run(self.aio.version())
-
-    def users(self) -> list[dict[str, Any]]:
-        return self._run(self.aio.users())
-
-    def create_user(self, name: str, password: str, admin: bool = False) -> dict[str, Any]:
-        return self._run(self.aio.create_user(name, password, admin))
-
-    def delete_user(self, name: str) -> None:
-        self._run(self.aio.delete_user(name))
-
-    def set_quota(self, name: str, **quota: str | int | None) -> dict[str, Any]:
-        return self._run(self.aio.set_quota(name, **quota))
-
-    def pfs_path(self, path: str) -> str:
-        return self._run(self.aio.pfs_path(path))
-
-    def pfs_ls(self, path: str = "", recursive: bool = False) -> dict[str, Any]:
-        return self._run(self.aio.pfs_ls(path, recursive))
-
-    def pfs_stat(self, path: str, checksum: bool = False) -> dict[str, Any]:
-        return self._run(self.aio.pfs_stat(path, checksum))
-
-    def pfs_mkdir(self, path: str, parents: bool = True) -> dict[str, Any]:
-        return self._run(self.aio.pfs_mkdir(path, parents))
-
-    def pfs_rm(self, path: str, recursive: bool = False) -> None:
-        self._run(self.aio.pfs_rm(path, recursive))
-
-    def pfs_mv(self, src: str, dst: str, overwrite: bool = False) -> dict[str, Any]:
-        return self._run(self.aio.pfs_mv(src, dst, overwrite))
-
-    def pfs_usage(self, user: str | None = None) -> dict[str, Any]:
-        return self._run(self.aio.pfs_usage(user))
-
-    def upload(
-        self,
-        local: LocalPaths,
-        remote: str,
-        recursive: bool = False,
-        *,
-        jobs: int = DEFAULT_JOBS,
-        overwrite: bool = False,
-        verify: bool = True,
-        progress: Progress | None = None,
-        state_file: str | os.PathLike[str] | None = None,
-    ) -> TransferReport:
-        return self._run(
-            self.aio.upload(
-                local,
-                remote,
-                recursive,
-                jobs=jobs,
-                overwrite=overwrite,
-                verify=verify,
-                progress=progress,
-                state_file=state_file,
-            )
-        )
-
-    def download(
-        self,
-        remote: RemotePaths,
-        local: str | os.PathLike[str],
-        recursive: bool = False,
-        *,
-        jobs: int = DEFAULT_JOBS,
-        overwrite: bool = False,
-        verify: bool = True,
-        progress: Progress | None = None,
-        state_file: str | os.PathLike[str] | None = None,
-    ) -> TransferReport:
-        return self._run(
-            self.aio.download(
-                remote,
-                local,
-                recursive,
-                jobs=jobs,
-                overwrite=overwrite,
-                verify=verify,
-                progress=progress,
-                state_file=state_file,
-            )
-        )
-
-    def submit(self, spec: Mapping[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        return self._run(self.aio.submit(spec, dry_run))
-
-    def job(self, name: str) -> dict[str, Any]:
-        return self._run(self.aio.job(name))
-
-    def jobs(
-        self, all: bool = False, state: str | Sequence[str] | None = None, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        return self._run(self.aio.jobs(all, state, limit))
-
-    def workers(self, name: str) -> list[dict[str, Any]]:
-        return self._run(self.aio.workers(name))
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return self._run(self.aio.events(name))
-
-    def quota(self) -> dict[str, Any]:
-        return self._run(self.aio.quota())
-
-    def kill(self, name: str, rm: bool = False) -> dict[str, Any] | None:
-        return self._run(self.aio.kill(name, rm))
-
-    def wait(
-        self, name: str, timeout: float | None = None, *, interval: float = WAIT_INTERVAL
-    ) -> dict[str, Any]:
-        return self._run(self.aio.wait(name, timeout, interval=interval))
-
-    def logs(
-        self,
-        name: str,
-        *,
-        tail: int | None = None,
-        follow: bool = False,
-        role: str | None = None,
-        worker: str | Sequence[str] | None = None,
-        cursor: str | None = None,
-        reconnect_for: float = LOG_RECONNECT_SECONDS,
-    ) -> Iterator[dict[str, Any]]:
-        """`AsyncClient.logs` as a plain iterator; each entry is fetched when asked for."""
-        stream = self.aio.logs(
-            name,
-            tail=tail,
-            follow=follow,
-            role=role,
-            worker=worker,
-            cursor=cursor,
-            reconnect_for=reconnect_for,
-        )
-
-        async def step() -> tuple[bool, dict[str, Any] | None]:
-            try:
-                return True, await stream.__anext__()
-            except StopAsyncIteration:
-                return False, None
-
-        def entries() -> Iterator[dict[str, Any]]:
-            try:
-                while True:
-                    more, entry = self._run(step())
-                    if not more or entry is None:
-                        return
-                    yield entry
-            finally:
-                if not self._closed:
-                    self._run(stream.aclose())
-
-        return entries()
-
-    def package(self, path: str | os.PathLike[str], *, progress: Progress | None = None) -> str:
-        return self._run(self.aio.package(path, progress=progress))
-
-    def package_location(self, path: str | os.PathLike[str]) -> str:
-        return self._run(self.aio.package_location(path))
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = _UNSET,
-        params: Mapping[str, QueryValue] | None = None,
-        headers: Mapping[str, str] | None = None,
-        auth: bool = True,
-        login: LoginPolicy = "eager",
-    ) -> Any:
-        return self._run(
-            self.aio.request(method, path, json=json, params=params, headers=headers, auth=auth, login=login)
-        )
+    # the transport
+    request = _blocking(AsyncClient.request)

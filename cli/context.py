@@ -43,6 +43,7 @@ class Context:
         stderr: TextIO,
         stdin: TextIO,
         options: argparse.Namespace,
+        on_chunk: Callable[[int], None] | None = None,
     ) -> None:
         self.prog = prog
         self.env = env
@@ -56,6 +57,7 @@ class Context:
         self.endpoint_override: str | None = options.endpoint
         self._config: ClientConfig | None = None
         self._client: AsyncClient | None = None
+        self._on_chunk = on_chunk
 
     # --- output ---------------------------------------------------------------------------
 
@@ -118,7 +120,7 @@ class Context:
             except ConfigMissing:
                 if not (anonymous_ok and self.endpoint_override):
                     raise
-                self._client = AsyncClient(self.endpoint_override, log=self.log)
+                self._client = AsyncClient(self.endpoint_override, log=self.log, on_chunk=self._on_chunk)
             else:
                 slot = self.token_cache().slot(datacenter.name, datacenter.username, datacenter.endpoint)
                 self._client = AsyncClient(
@@ -127,6 +129,7 @@ class Context:
                     datacenter.password,
                     token_cache=slot,
                     log=self.log,
+                    on_chunk=self._on_chunk,
                 )
         return self._client
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -17,12 +18,26 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with prefix matching off (`--job` must not mean `--jobname`) and our help layout."""
+    """argparse with prefix matching off (`--job` must not mean `--jobname`) and our help layout.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    `prepare_args` rewrites the arguments this parser is given before it parses them: for a
+    flag whose meaning depends on its value, which argparse cannot express (`submit --output`).
+    """
+
+    def __init__(
+        self, *args: Any, prepare_args: Callable[[list[str]], list[str]] | None = None, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.prepare_args = prepare_args
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if args is not None and self.prepare_args is not None:
+            args = self.prepare_args(list(args))
+        return super().parse_known_args(args, namespace)
 
     def _get_option_tuples(self, option_string: str) -> list[Any]:
         tuples: list[Any] = super()._get_option_tuples(option_string)

@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from typing import TextIO
 
@@ -146,11 +146,13 @@ def main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     stdin: TextIO | None = None,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> int:
     """Run one command and return its exit status; `sys.exit(main())` is the console script.
 
     Everything the command touches outside itself is injectable: arguments, environment (which
-    also locates the config through HOME and PADDLE_CONFIG) and the three streams.
+    also locates the config through HOME and PADDLE_CONFIG) and the three streams. `on_chunk`
+    goes to the client's transfers (see `paddlecloud.transfer`).
     """
     prog = PROGRAM_NAMES[0]
     if argv is None:
@@ -171,7 +173,9 @@ def main(
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
 
-    ctx = Context(prog=prog, env=env, stdout=stdout, stderr=stderr, stdin=stdin, options=args)
+    ctx = Context(
+        prog=prog, env=env, stdout=stdout, stderr=stderr, stdin=stdin, options=args, on_chunk=on_chunk
+    )
     try:
         with asyncio.Runner() as runner:
             return runner.run(_run(args.handler, ctx, args))

@@ -24,8 +24,21 @@ def render_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
+def plain(data: Any) -> Any:
+    """The SDK's answers in `data` (lists and maps of them too) as the server sent them."""
+    to_dict = getattr(data, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if isinstance(data, list | tuple):
+        return [plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    return data
+
+
 def render_data(data: Any, fmt: str) -> str:
     """`data` as JSON or YAML, exactly as given: scripts read the server's own field names."""
+    data = plain(data)
     if fmt == "json":
         return render_json(data)
     if fmt == "yaml":

@@ -16,11 +16,13 @@ Quick start::
         )
         job.submit(client)
         for entry in job.logs(follow=True):
-            print(f"[{entry['worker']}] {entry['line']}")
-        print(job.wait()["state"])  # SUCCEEDED, FAILED or KILLED
+            print(entry.text)  # [trainer-0] ...
+        print(job.wait().state)  # SUCCEEDED, FAILED or KILLED
 
-`AsyncClient` has the same calls as coroutines (`submit`, `job`, `jobs`, `logs`, `wait`,
-`kill`, `package`) for code that already runs an event loop.
+Answers are typed (`paddlecloud.answers`: `Job` with its `Worker`s and `Event`s, `LogEntry`),
+and read as the server's dicts too (`job.wait()["state"]`). `AsyncClient` has the same calls
+as coroutines (`submit_package`, `job`, `jobs`, `logs`, `wait`, `kill`, `package`) for code
+that already runs an event loop.
 """
 
 from __future__ import annotations
@@ -30,14 +32,22 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from .answers import ACTIVE_STATES, FINAL_STATES, DryRun, Job, LogEntry
 from .errors import PaddleCloudError
 from .pfspaths import is_remote
 
 if TYPE_CHECKING:
     from .client import Client
 
-ACTIVE_STATES = ("PENDING", "BUILDING", "RUNNING")
-FINAL_STATES = ("SUCCEEDED", "FAILED", "KILLED")
+__all__ = [
+    "ACTIVE_STATES",
+    "FINAL_STATES",
+    "JobWaitTimeout",
+    "LogStreamLost",
+    "PaddleJob",
+    "log_text",
+    "pfs_package",
+]
 
 # The spec's optional fields (DESIGN §4), in the order `get job` shows them. `name` and
 # `package` are always sent; everything else only when given, so the server's defaults apply.
@@ -83,15 +93,9 @@ class LogStreamLost(PaddleCloudError):
         )
 
 
-def is_final(job: Mapping[str, Any]) -> bool:
-    return job.get("state") in FINAL_STATES
-
-
 def log_text(entry: Mapping[str, Any]) -> str:
-    """One log entry as the text stream shows it: `[trainer-0] text`."""
-    worker = entry.get("worker")
-    line = str(entry.get("line", ""))
-    return f"[{worker}] {line}" if worker else line
+    """One log entry as the text stream shows it: `[trainer-0] text` (see `LogEntry.text`)."""
+    return (entry if isinstance(entry, LogEntry) else LogEntry.from_dict(entry)).text
 
 
 def pfs_package(package: str) -> str | None:
@@ -133,8 +137,8 @@ class PaddleJob:
     input: str | None = None
     output: str | None = None
     max_restarts: int | None = None
-    # The server's last word on the job (`Job`), and the client it was submitted with.
-    job: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    # The server's last word on the job, and the client it was submitted with.
+    job: Job | None = field(default=None, init=False, repr=False)
     _client: Client | None = field(default=None, init=False, repr=False)
 
     def spec(self, package_path: str | None = None) -> dict[str, Any]:
@@ -144,20 +148,16 @@ class PaddleJob:
         spec.update({key: given[key] for key in SPEC_FIELDS if given.get(key) is not None})
         return spec
 
-    def submit(self, client: Client, *, dry_run: bool = False) -> dict[str, Any]:
+    def submit(self, client: Client, *, dry_run: bool = False) -> Job | DryRun:
         """Upload the package if needed and start the job; returns the server's `Job`.
 
         With `dry_run` nothing is uploaded or started: the server checks the spec and the
-        quota and returns the plan (`{dry_run, job, workers, package}`); a local package
-        not uploaded yet is then reported missing by the server, which is expected.
+        quota and returns the plan (`DryRun`); a local package not uploaded yet is then
+        reported missing by the server, which is expected. See `Client.submit_package`.
         """
-        package = os.fspath(self.package)
-        remote = pfs_package(package)
-        if remote is None:
-            remote = client.package_location(package) if dry_run else client.package(package)
-        answer = client.submit(self.spec(remote), dry_run=dry_run)
+        answer = client.submit_package(self.spec(), self.package, dry_run=dry_run)
         self._client = client
-        if not dry_run:
+        if isinstance(answer, Job):
             self.job = answer
         return answer
 
@@ -172,16 +172,16 @@ class PaddleJob:
         self._client = client
         return self
 
-    def status(self) -> dict[str, Any]:
-        """The job now: `Job` with its `events` and `workers`."""
-        self.job = self.client.job(self.name)
-        return self.job
+    def status(self) -> Job:
+        """The job now, with its `events` and `workers`."""
+        job = self.job = self.client.job(self.name)
+        return job
 
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, timeout: float | None = None) -> Job:
         """Block until the job is SUCCEEDED, FAILED or KILLED and return it; `JobWaitTimeout` if
         `timeout` seconds pass first."""
-        self.job = self.client.wait(self.name, timeout=timeout)
-        return self.job
+        job = self.job = self.client.wait(self.name, timeout=timeout)
+        return job
 
     def logs(
         self,
@@ -190,11 +190,11 @@ class PaddleJob:
         tail: int | None = None,
         role: str | None = None,
         worker: str | list[str] | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """Log entries `{worker, line, cursor}`; with `follow`, until the job ends."""
+    ) -> Iterator[LogEntry]:
+        """Log entries (worker, line, cursor); with `follow`, until the job ends."""
         return self.client.logs(self.name, tail=tail, follow=follow, role=role, worker=worker)
 
-    def kill(self, rm: bool = False) -> dict[str, Any] | None:
+    def kill(self, rm: bool = False) -> Job | None:
         """Stop the job (KILLED); with `rm` also forget it and its logs (returns None then)."""
         answer = self.client.kill(self.name, rm=rm)
         self.job = answer

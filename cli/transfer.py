@@ -17,10 +17,9 @@ Trees are walked on one side and listed (`ls?recursive=1`) on the other; files a
 identical at the destination (same size, then same sha256) are skipped; several files move
 at once (`jobs`).
 
-Test hook: with `PADDLECLOUD_TEST_EXIT_AFTER_CHUNKS=N` in the environment, the process exits
-at once (status 75, no cleanup, as if killed) after N upload chunks were acknowledged or N
-chunks' worth of download bytes were written. The e2e tests use it to interrupt a transfer
-at a known point; it is read only by `Transfers`, and nothing else changes behaviour.
+`on_chunk`, when given, is called with the running count after each upload chunk the server
+acknowledged and each chunk's worth of download bytes written (the e2e tests stop a transfer
+there, as if it were killed, to see it resume).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import hashlib
 import json
 import os
 import stat
-import sys
 import threading
 import time
 from collections import deque
@@ -70,8 +68,6 @@ STATE_VERSION = 1
 # Entries this old are dropped: the server collects abandoned uploads long before (24 h by
 # default), and a part file's ETag is worth nothing once the user has moved on.
 STATE_MAX_AGE = 7 * 24 * 3600.0
-EXIT_AFTER_CHUNKS_ENV = "PADDLECLOUD_TEST_EXIT_AFTER_CHUNKS"
-TEST_HOOK_EXIT_STATUS = 75
 # A chunk is tried this many times across network errors, 5xx answers and checksum mismatches
 # (460: the bytes were damaged on the way) before the transfer gives up; the next run resumes.
 MAX_ATTEMPTS = 5
@@ -494,7 +490,7 @@ class _UploadTask:
     remote: str
     label: str
     size: int
-    existing: dict[str, Any] | None = None
+    existing: Mapping[str, Any] | None = None
     checked: bool = False  # whether `existing` is known (from a listing) or must be asked for
 
 
@@ -503,13 +499,14 @@ class _DownloadTask:
     remote: str
     local: Path
     label: str
-    entry: dict[str, Any]
+    entry: Mapping[str, Any]
 
 
 class Transfers:
     """Runs uploads and downloads for one client; one instance per command or SDK call.
 
-    `user` is who the state file's keys name; `env` is read only for the test hook.
+    `user` is who the state file's keys name; `on_chunk` is called with the running count of
+    chunks moved (see the module's note).
     """
 
     def __init__(
@@ -523,7 +520,7 @@ class Transfers:
         overwrite: bool = False,
         verify: bool = True,
         chunk_size: int = CHUNK_SIZE,
-        env: Mapping[str, str] | None = None,
+        on_chunk: Callable[[int], None] | None = None,
     ) -> None:
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -535,8 +532,7 @@ class Transfers:
         self.overwrite = overwrite
         self.verify = verify
         self.chunk_size = chunk_size
-        hook = (env if env is not None else os.environ).get(EXIT_AFTER_CHUNKS_ENV, "")
-        self._exit_after = int(hook) if hook.strip().isdigit() else None
+        self._on_chunk = on_chunk
         self._chunks = 0
 
     # --- uploads -----------------------------------------------------------------------------
@@ -1122,7 +1118,7 @@ class Transfers:
         value = entry.get("sha256")
         return value if isinstance(value, str) else None
 
-    async def _remote_stat(self, path: str) -> dict[str, Any] | None:
+    async def _remote_stat(self, path: str) -> Mapping[str, Any] | None:
         try:
             return await self.client.pfs_stat(path)
         except ApiError as exc:
@@ -1146,13 +1142,8 @@ class Transfers:
 
     def _chunk_done(self) -> None:
         self._chunks += 1
-        if self._exit_after is not None and self._chunks >= self._exit_after:
-            self.progress.close()
-            with contextlib.suppress(Exception):
-                self.progress.stdout.flush()
-            sys.stderr.write(f"{EXIT_AFTER_CHUNKS_ENV}: exiting after {self._chunks} chunks\n")
-            sys.stderr.flush()
-            os._exit(TEST_HOOK_EXIT_STATUS)
+        if self._on_chunk is not None:
+            self._on_chunk(self._chunks)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from ..context import Handler
@@ -49,8 +49,12 @@ class CommandTree:
         description: str | None = None,
         epilog: str | None = None,
         aliases: Sequence[str] = (),
+        prepare_args: Callable[[list[str]], list[str]] | None = None,
     ) -> ArgumentParser:
-        """A leaf command running `handler`; add its own arguments to the parser returned."""
+        """A leaf command running `handler`; add its own arguments to the parser returned.
+
+        `prepare_args` rewrites the command's arguments before they are parsed (see `ArgumentParser`).
+        """
         parser = self._subparsers.add_parser(
             name,
             help=help,
@@ -60,6 +64,7 @@ class CommandTree:
             parents=self._parents,
             formatter_class=HelpFormatter,
             allow_abbrev=False,
+            prepare_args=prepare_args,
         )
         parser.set_defaults(handler=handler)
         return parser

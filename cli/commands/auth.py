@@ -18,9 +18,9 @@ async def login(ctx: Context, args: argparse.Namespace) -> int:
     info = {
         "datacenter": datacenter.name,
         "endpoint": client.endpoint,
-        "user": answer.get("user", datacenter.username),
-        "admin": answer.get("admin"),
-        "expires_at": answer.get("expires_at"),
+        "user": answer.user if "user" in answer else datacenter.username,
+        "admin": answer.get("admin"),  # as the server said: None when it did not say
+        "expires_at": answer.expires_at,
     }
 
     def text() -> str:
@@ -47,12 +47,9 @@ async def whoami(ctx: Context, args: argparse.Namespace) -> int:
     answer = await ctx.client().whoami()
     where = ctx.where()
 
-    def text() -> str:
-        role = " (admin)" if answer.get("admin") else ""
-        expiry = f"; the token expires at {answer['expires_at']}" if answer.get("expires_at") else ""
-        return f"{answer.get('user')}{role} on {where}{expiry}"
-
-    ctx.emit(answer, text)
+    role = " (admin)" if answer.admin else ""
+    expiry = f"; the token expires at {answer.expires_at}" if answer.expires_at else ""
+    ctx.emit(answer, lambda: f"{answer.user}{role} on {where}{expiry}")
     return 0
 
 

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import secrets
-import shutil
 import string
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..client import AsyncClient
+from ..answers import FINAL_STATES, DryRun, Job, Quota
+from ..client import AsyncClient, SubmitSteps
 from ..context import Context, UsageError
 from ..errors import PaddleCloudError
 from ..flags import ArgumentParser, add_flag
 from ..output import FORMATS, Column, cell, render_data, render_record, render_table
-from ..package import BIG_PACKAGE, IGNORE_FILE, Package, prepare
-from ..paddlejob import FINAL_STATES, is_final, log_text, pfs_package
+from ..package import BIG_PACKAGE, IGNORE_FILE, Package
+from ..paddlejob import pfs_package
 from ..progress import Progress, human_size, plural
 from . import CommandTree
 
@@ -167,10 +165,38 @@ def _shape(spec: Mapping[str, Any]) -> str:
     return text
 
 
-async def _precheck(client: AsyncClient, spec: dict[str, Any]) -> None:
-    """Let the server judge spec, name and quota before the package is uploaded for nothing
-    (a dry run accepts a package that is not on PFS yet, and says so)."""
-    await client.submit(spec, dry_run=True)
+class _Steps(SubmitSteps):
+    """Says what placing the package does, on stdout for people (stderr under `-o json`)."""
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.say = _say(ctx)
+
+    def remote(self, path: str) -> None:
+        self.say(f"Using package {path}")
+
+    def packed(self, pkg: Package, source: str) -> None:
+        self.say(_describe(pkg, source))
+        for note in pkg.notes:
+            self.ctx.warn(note)
+        if pkg.big:
+            self.ctx.warn(big_package_note(pkg))
+
+    def found(self, path: str) -> None:
+        self.say(f"Package already on PFS: {path}")
+
+    def would_upload(self, pkg: Package, path: str) -> None:
+        self.say(f"Would upload package ({human_size(pkg.size)}) as {path}")
+
+    def uploading(self, pkg: Package, path: str) -> Progress:
+        self.say(f"Uploading package ({human_size(pkg.size)}) as {path}")
+        self.progress = _progress(self.ctx)
+        return self.progress
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
 
 
 def _progress(ctx: Context) -> Progress:
@@ -189,58 +215,34 @@ def _progress(ctx: Context) -> Progress:
 async def submit(ctx: Context, args: argparse.Namespace) -> int:
     source = package_argument(args)
     spec = build_spec(args, package="")  # command-line mistakes first, before any packing
-    say = _say(ctx)
     client = ctx.client()
     if client.datacenter is None:
         client.datacenter = ctx.datacenter().name
-    remote = pfs_package(source)
-    if remote is not None:
-        spec["package"] = await client.pfs_path(source)
-        say(f"Using package {spec['package']}")
-    else:
-        workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
-        try:
-            pkg = await asyncio.to_thread(prepare, Path(source), Path(workdir))
-            say(_describe(pkg, source))
-            for note in pkg.notes:
-                ctx.warn(note)
-            if pkg.big:
-                ctx.warn(big_package_note(pkg))
-            existing = await client.package_on_pfs(pkg)
-            spec["package"] = existing or await client.package_path(pkg.filename)
-            if existing:
-                say(f"Package already on PFS: {existing}")
-            elif args.dry_run:
-                say(f"Would upload package ({human_size(pkg.size)}) as {spec['package']}")
-            else:
-                await _precheck(client, spec)
-                say(f"Uploading package ({human_size(pkg.size)}) as {spec['package']}")
-                progress = _progress(ctx)
-                try:
-                    await client.upload_package(pkg, progress=progress)
-                finally:
-                    progress.close()
-        finally:
-            await asyncio.to_thread(shutil.rmtree, workdir, True)
+    steps = _Steps(ctx)
+    try:
+        spec["package"] = await client.place_package(
+            source, upload=not args.dry_run, check=None if args.dry_run else spec, steps=steps
+        )
+    finally:
+        steps.close()
     if args.dry_run:
-        return await _dry_run(ctx, client, spec)
+        return _dry_run(ctx, spec, await client.submit(spec, dry_run=True))
 
-    say(f"Starting job {spec['name']} ({_shape(spec)})")
+    steps.say(f"Starting job {spec['name']} ({_shape(spec)})")
     job = await client.submit(spec)
-    name = str(job.get("name") or spec["name"])
+    name = job.name or spec["name"]
     if not args.follow:
-        ctx.emit(job, lambda: _started_text(ctx, name, job))
+        ctx.emit(job.to_dict(), lambda: _started_text(ctx, name, job))
         return 0
-    say(
-        f"Job {name} is {job.get('state', 'PENDING')}; following its logs "
-        "(Ctrl-C stops following, not the job)"
+    steps.say(
+        f"Job {name} is {job.state or 'PENDING'}; following its logs (Ctrl-C stops following, not the job)"
     )
     return await _follow(ctx, client, name)
 
 
-def _started_text(ctx: Context, name: str, job: Mapping[str, Any]) -> str:
+def _started_text(ctx: Context, name: str, job: Job) -> str:
     return (
-        f"Job {name} is {job.get('state', 'PENDING')}.\n"
+        f"Job {name} is {job.state or 'PENDING'}.\n"
         f"  {ctx.prog} logs -f {name}    # follow its logs\n"
         f"  {ctx.prog} get job {name}    # its state, workers and events\n"
         f"  {ctx.prog} kill {name}       # stop it"
@@ -251,14 +253,14 @@ async def _follow(ctx: Context, client: AsyncClient, name: str) -> int:
     """Stream the job's logs until it ends; 0 if it SUCCEEDED, else `JobEnded`."""
     write = ctx.out if ctx.output == "table" else _say(ctx)
     async for entry in client.logs(name, follow=True):
-        write(log_text(entry))
+        write(entry.text)
     job = await client.job(name)
-    if not is_final(job):
+    if not job.final:
         # The stream ends when the job is final; a server that ends it early is waited out.
         job = await client.wait(name)
-    state, reason = job.get("state"), job.get("reason")
+    state, reason = job.state, job.reason
     if ctx.output != "table":
-        ctx.out(render_data(job, ctx.output))
+        ctx.out(render_data(job.to_dict(), ctx.output))
     if state == "SUCCEEDED":
         if ctx.output == "table":
             ctx.out(f"Job {name} SUCCEEDED" + (f": {reason}" if reason else ""))
@@ -275,32 +277,26 @@ WORKER_PLAN_COLUMNS: list[Column] = [
 ]
 
 
-async def _dry_run(ctx: Context, client: AsyncClient, spec: dict[str, Any]) -> int:
-    plan = await client.submit(spec, dry_run=True)
-    workers = [w for w in plan.get("workers") or [] if isinstance(w, Mapping)]
-    package = plan.get("package") if isinstance(plan.get("package"), Mapping) else {}
+def _dry_run(ctx: Context, spec: Mapping[str, Any], plan: DryRun) -> int:
+    package = plan.package
 
     def text() -> str:
-        lines = [f"Dry run: job {spec['name']} would run {plural(len(workers), 'worker')}:"]
-        lines.append(render_table(workers, WORKER_PLAN_COLUMNS, empty="(no workers)").rstrip("\n"))
-        kind = package.get("kind") if package else None
-        lines.append(
-            f"Package: {package.get('path', spec['package']) if package else spec['package']}"
-            + (f" ({kind})" if kind else "")
-        )
-        if package and package.get("found") is False:
+        lines = [f"Dry run: job {spec['name']} would run {plural(len(plan.workers), 'worker')}:"]
+        lines.append(render_table(plan.workers, WORKER_PLAN_COLUMNS, empty="(no workers)").rstrip("\n"))
+        path = spec["package"] if package is None else package.get("path", spec["package"])
+        lines.append(f"Package: {path}" + (f" ({package.kind})" if package and package.kind else ""))
+        if package is not None and package.found is False:
             lines.append("The package is not on PFS yet: submit would upload it.")
-        build = plan.get("build")
-        if isinstance(build, Mapping):
-            key = str(build.get("key") or "")[:12]
-            if build.get("cached"):
+        if plan.build is not None:
+            key = (plan.build.key or "")[:12]
+            if plan.build.cached:
                 lines.append(f"Environment for requirements.txt: a cache hit (key {key}...), no build.")
             else:
                 lines.append(f"Environment for requirements.txt: would be built first (key {key}...).")
         lines.append("Nothing was uploaded or started.")
         return "\n".join(lines)
 
-    ctx.emit(plan, text)
+    ctx.emit(plan.to_dict(), text)
     return 0
 
 
@@ -379,8 +375,6 @@ EVENT_COLUMNS: list[Column] = [
     ("MESSAGE", "message"),
 ]
 
-QUOTA_RESOURCES = ("cpu", "gpu", "memory", "jobs", "storage")
-
 
 async def get_jobs(ctx: Context, args: argparse.Namespace) -> int:
     show_all = bool(getattr(args, "all", False))
@@ -404,10 +398,10 @@ def _resources(spec: Mapping[str, Any], cpu: str, memory: str, gpu: str | None) 
     return ", ".join(parts)
 
 
-def job_text(job: Mapping[str, Any]) -> str:
+def job_text(answer: Mapping[str, Any]) -> str:
     """`get job` for people: the job, its spec, its workers and its events."""
-    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
-    assert isinstance(spec, Mapping)
+    job = answer if isinstance(answer, Job) else Job.from_dict(answer)
+    spec = job.spec
     fields: list[Column] = [
         ("Name", "name"),
         ("State", "state"),
@@ -446,10 +440,8 @@ def job_text(job: Mapping[str, Any]) -> str:
     if spec.get("env"):
         fields.append(("Env", lambda _: " ".join(f"{k}={v}" for k, v in spec["env"].items())))
     text = render_record(job, fields)
-    workers = [w for w in job.get("workers") or [] if isinstance(w, Mapping)]
-    events = [e for e in job.get("events") or [] if isinstance(e, Mapping)]
-    text += "\nWorkers:\n" + render_table(workers, worker_columns(workers), empty="  (none yet)")
-    text += "\nEvents:\n" + render_table(events, EVENT_COLUMNS, empty="  (none)")
+    text += "\nWorkers:\n" + render_table(job.workers, worker_columns(job.workers), empty="  (none yet)")
+    text += "\nEvents:\n" + render_table(job.events, EVENT_COLUMNS, empty="  (none)")
     return text
 
 
@@ -478,21 +470,19 @@ async def get_workers(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _quota(answer: Mapping[str, Any]) -> Quota:
+    return answer if isinstance(answer, Quota) else Quota.from_dict(answer)
+
+
 def quota_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for resource in QUOTA_RESOURCES:
-        value = answer.get(resource)
-        if not isinstance(value, Mapping):
-            continue
-        limit = value.get("limit")
-        rows.append(
-            {
-                "resource": resource,
-                "used": _readable(resource, value.get("used")),
-                "limit": "unlimited" if limit is None else _readable(resource, limit),
-            }
-        )
-    return rows
+    return [
+        {
+            "resource": resource,
+            "used": _readable(resource, value.used),
+            "limit": "unlimited" if value.limit is None else _readable(resource, value.limit),
+        }
+        for resource, value in _quota(answer).limits().items()
+    ]
 
 
 def _readable(resource: str, value: Any) -> Any:
@@ -506,12 +496,12 @@ def _readable(resource: str, value: Any) -> Any:
 def quota_notes(answer: Mapping[str, Any]) -> str:
     """What the table does not say: which GPUs your jobs hold, what the machine has free,
     and whether cpu and memory limits are enforced or only counted."""
+    quota = _quota(answer)
     lines = []
-    held = answer.get("devices")
-    for item in held if isinstance(held, list) else []:
+    for item in quota.devices:
         lines.append(f"GPU {item.get('device')}: held by {item.get('job')} {item.get('worker')}")
-    machine = answer.get("machine")
-    if isinstance(machine, Mapping) and machine:
+    machine = quota.machine
+    if machine:
         if machine.get("gpus"):
             lines.append(f"GPUs on this machine: {machine.get('gpus_free')} of {machine.get('gpus')} free")
         if machine.get("limits") == "advisory":
@@ -536,17 +526,17 @@ async def logs(ctx: Context, args: argparse.Namespace) -> int:
     )
     async for entry in stream:
         if ctx.output == "json":
-            ctx.out(json.dumps(entry, ensure_ascii=False))  # one object per line (NDJSON)
+            ctx.out(json.dumps(entry.to_dict(), ensure_ascii=False))  # one object per line (NDJSON)
         elif ctx.output == "yaml":
             ctx.out("---\n" + render_data(entry, "yaml"))
         else:
-            ctx.out(log_text(entry))
+            ctx.out(entry.text)
     return 0
 
 
 async def kill(ctx: Context, args: argparse.Namespace) -> int:
     client = ctx.client()
-    results: list[dict[str, Any]] = []
+    results: list[Mapping[str, Any]] = []
     lines: list[str] = []
     for name in args.jobs:
         job = await client.kill(name, rm=args.rm)
@@ -554,9 +544,9 @@ async def kill(ctx: Context, args: argparse.Namespace) -> int:
             results.append({"name": name, "removed": True})
             lines.append(f"job {name} removed")
             continue
-        job = job or {"name": name}
+        job = job or Job.from_dict({"name": name})
         results.append(job)
-        state = job.get("state")
+        state = job.state
         if state == "KILLED" or state not in FINAL_STATES:
             lines.append(f"job {name} killed")
         else:
@@ -643,14 +633,9 @@ def _register_submit(tree: CommandTree) -> None:
             "and uploaded (only when PFS does not hold that exact package yet), then the job starts."
         ),
         epilog=SUBMIT_EPILOG,
+        # argparse cannot tell `--output PATH` (the job's) from the global `--output FORMAT`.
+        prepare_args=_split_output,
     )
-    # argparse cannot tell `--output PATH` (the job's) from the global `--output FORMAT`.
-    parse_known = parser.parse_known_args
-
-    def parse_known_args(args: Sequence[str] | None = None, namespace: Any = None) -> Any:
-        return parse_known(None if args is None else _split_output(list(args)), namespace)
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
     parser.add_argument(
         "package", nargs="?", metavar="PACKAGE", help="local directory or archive, or PFS path"
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..client import AsyncClient
 from ..config import paddle_home
-from ..context import Context, UsageError
+from ..context import Context, Handler, UsageError
 from ..errors import ApiError, PaddleCloudError
 from ..flags import ArgumentParser, add_flag
 from ..output import Column, render_record, render_table
@@ -208,7 +208,7 @@ async def ls(ctx: Context, args: argparse.Namespace) -> int:
     def text() -> str:
         if len(answers) == 1:
             return ls_table(answers[0])
-        return "\n".join(f"{a.get('path')}:\n{ls_table(a)}" for a in answers)
+        return "\n".join(f"{a.path}:\n{ls_table(a)}" for a in answers)
 
     ctx.emit(answers[0] if len(answers) == 1 else answers, text)
     return 0
@@ -239,7 +239,7 @@ async def mkdir(ctx: Context, args: argparse.Namespace) -> int:
     entries = [await client.pfs_mkdir(path, parents=True) for path in args.paths]
     ctx.emit(
         entries[0] if len(entries) == 1 else entries,
-        lambda: "\n".join(str(e.get("path")) + "/" for e in entries),
+        lambda: "\n".join(f"{e.path}/" for e in entries),
     )
     return 0
 
@@ -248,7 +248,7 @@ async def mv(ctx: Context, args: argparse.Namespace) -> int:
     client = _client(ctx)
     src = await client.pfs_path(args.src)
     entry = await client.pfs_mv(src, args.dst, overwrite=args.overwrite)
-    ctx.emit(entry, lambda: f"moved {src} -> {entry.get('path')}")
+    ctx.emit(entry, lambda: f"moved {src} -> {entry.path}")
     return 0
 
 
@@ -345,45 +345,60 @@ def _register_cp(tree: CommandTree) -> None:
     add_transfer_flags(parser)
 
 
+def _epilog(name: str, examples: Sequence[str], *notes: str) -> str:
+    """A command's epilog: a `paddlecloud NAME EXAMPLE` line for each example, then the notes."""
+    lines = "".join(f"  paddlecloud {name} {example}\n" for example in examples)
+    return f"examples:\n{lines}" + "".join(f"\n{note}\n" for note in notes)
+
+
 def _register_upload(tree: CommandTree, *, aliases: Sequence[str] = ()) -> None:
-    parser = tree.command(
-        "upload",
+    _register_one_way(
+        tree,
         upload,
-        help="upload local files and trees to PFS",
-        description=(
-            "Upload local files (and with -r, directory trees) to PFS; REMOTE may be relative\nto your home."
-        ),
-        epilog=(
-            "examples:\n"
-            "  paddlecloud upload train.csv data/\n"
-            "  paddlecloud upload -r ./dataset /pfs/datacenter1/home/alice/dataset\n"
-            f"\n{TRANSFER_NOTES}\n\n{PATHS_HELP}\n"
-        ),
-        aliases=aliases,
+        "upload local files and trees to PFS",
+        "Upload local files (and with -r, directory trees) to PFS; REMOTE may be relative\nto your home.",
+        ["train.csv data/", "-r ./dataset /pfs/datacenter1/home/alice/dataset"],
+        ("LOCAL", "local files or directories"),
+        ("REMOTE", "PFS destination"),
+        aliases,
     )
-    parser.add_argument("sources", nargs="+", metavar="LOCAL", help="local files or directories")
-    parser.add_argument("dest", metavar="REMOTE", help="PFS destination")
-    add_transfer_flags(parser)
 
 
 def _register_download(tree: CommandTree, *, aliases: Sequence[str] = ()) -> None:
-    parser = tree.command(
-        "download",
+    _register_one_way(
+        tree,
         download,
-        help="download PFS files and trees to this machine",
-        description=(
-            "Download PFS files (and with -r, directory trees); REMOTE may be relative to\nyour home."
-        ),
-        epilog=(
-            "examples:\n"
-            "  paddlecloud download output/model.tar.gz .\n"
-            "  paddlecloud download -r /pfs/datacenter1/home/alice/output ./output\n"
-            f"\n{TRANSFER_NOTES}\n\n{PATHS_HELP}\n"
-        ),
+        "download PFS files and trees to this machine",
+        "Download PFS files (and with -r, directory trees); REMOTE may be relative to\nyour home.",
+        ["output/model.tar.gz .", "-r /pfs/datacenter1/home/alice/output ./output"],
+        ("REMOTE", "PFS files or directories"),
+        ("LOCAL", "local destination"),
+        aliases,
+    )
+
+
+def _register_one_way(
+    tree: CommandTree,
+    handler: Handler,
+    help: str,
+    description: str,
+    examples: Sequence[str],
+    sources: tuple[str, str],
+    dest: tuple[str, str],
+    aliases: Sequence[str],
+) -> None:
+    """`upload` or `download` (the handler's name): SOURCES... DEST, each a metavar and its help."""
+    name = handler.__name__
+    parser = tree.command(
+        name,
+        handler,
+        help=help,
+        description=description,
+        epilog=_epilog(name, examples, TRANSFER_NOTES, PATHS_HELP),
         aliases=aliases,
     )
-    parser.add_argument("sources", nargs="+", metavar="REMOTE", help="PFS files or directories")
-    parser.add_argument("dest", metavar="LOCAL", help="local destination")
+    parser.add_argument("sources", nargs="+", metavar=sources[0], help=sources[1])
+    parser.add_argument("dest", metavar=dest[0], help=dest[1])
     add_transfer_flags(parser)
 
 
@@ -405,12 +420,7 @@ def _register_rm(tree: CommandTree) -> None:
         rm,
         help="remove PFS files and directories",
         description="Remove PFS files, empty directories, and with -r directories with all they hold.",
-        epilog=(
-            "examples:\n"
-            "  paddlecloud rm data/old.csv\n"
-            "  paddlecloud rm -r /pfs/datacenter1/home/alice/tmp\n"
-            f"\n{PATHS_HELP}\n"
-        ),
+        epilog=_epilog("rm", ["data/old.csv", "-r /pfs/datacenter1/home/alice/tmp"], PATHS_HELP),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="what to remove")
     add_flag(
@@ -425,12 +435,7 @@ def _register_mkdir(tree: CommandTree) -> None:
         mkdir,
         help="make PFS directories",
         description="Make PFS directories, with their parents; existing ones are fine.",
-        epilog=(
-            "examples:\n"
-            "  paddlecloud mkdir data/raw data/clean\n"
-            "  paddlecloud mkdir /pfs/datacenter1/home/alice/output\n"
-            f"\n{PATHS_HELP}\n"
-        ),
+        epilog=_epilog("mkdir", ["data/raw data/clean", "/pfs/datacenter1/home/alice/output"], PATHS_HELP),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="directories to make")
     add_flag(parser, "parents", short="-p", action="store_true", help="accepted for habit's sake: always on")

@@ -80,8 +80,8 @@ async def create_user(ctx: Context, args: argparse.Namespace) -> int:
     data = {**user, "password": password} if generated else user
 
     def text() -> str:
-        role = " (admin)" if user.get("admin") else ""
-        lines = [f"Created user {user.get('name', args.name)}{role}."]
+        role = " (admin)" if user.admin else ""
+        lines = [f"Created user {user.name if 'name' in user else args.name}{role}."]
         if generated:
             lines.append(f"Password (shown only this once): {password}")
         return "\n".join(lines)
@@ -100,14 +100,13 @@ async def quota(ctx: Context, args: argparse.Namespace) -> int:
     client = ctx.client()
     given = vars(args)
     changes = {key: given[key] for key in QUOTA_KEYS if key in given}
-    user = next((u for u in await client.users() if u.get("name") == args.name), None)
+    user = next((u for u in await client.users() if u.name == args.name), None)
     if user is None:
         raise PaddleCloudError(f"there is no user {args.name!r}")
     if changes:
         # PUT replaces the whole quota and a missing key means unlimited, so send every key:
         # `quota bob -gpu 1` must not lift the cpu limit set last week.
-        current = user.get("quota") or {}
-        limits = {key: current.get(key) for key in QUOTA_KEYS}
+        limits = {key: user.quota.get(key) for key in QUOTA_KEYS}
         limits.update(changes)
         user = await client.set_quota(args.name, **limits)
     ctx.emit(user, lambda: render_record(user, QUOTA_FIELDS))

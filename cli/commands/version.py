@@ -17,20 +17,15 @@ async def version(ctx: Context, args: argparse.Namespace) -> int:
     data: dict[str, Any] = {"client": {"version": __version__}, "server": None}
     try:
         client = ctx.client(anonymous_ok=True)
-        data["server"] = await client.version()
+        server = data["server"] = await client.version()
         data["endpoint"] = client.endpoint
     except PaddleCloudError:
         # The client's own version is worth printing even when the server is out of reach;
         # the failure then gets its one line on stderr and its exit status from main().
         ctx.emit(data, lambda: f"Client: {__version__}")
         raise
-    server = data["server"]
-
-    def text() -> str:
-        api = f" (API {server.get('api')})" if server.get("api") else ""
-        return f"Client: {__version__}\nServer: {server.get('version')}{api} at {ctx.where()}"
-
-    ctx.emit(data, text)
+    api = f" (API {server.api})" if server.api else ""
+    ctx.emit(data, lambda: f"Client: {__version__}\nServer: {server.version}{api} at {ctx.where()}")
     return 0
 
 

@@ -12,11 +12,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import exit_after_chunks
 import pytest
 
 from paddlecloud.config import TokenCache
 from paddlecloud.progress import human_size
-from paddlecloud.transfer import CHUNK_SIZE, EXIT_AFTER_CHUNKS_ENV, PART_SUFFIX, TEST_HOOK_EXIT_STATUS
+from paddlecloud.transfer import CHUNK_SIZE, PART_SUFFIX
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +27,15 @@ BIG = 64 * 1024 * 1024
 CLI_TIMEOUT = 120
 
 
-def run_cli(server: Any, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI as its own process, like `server.cli`, with extra environment (the test hook)."""
+def run_cli(server: Any, *args: str, exit_after: int | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI as its own process, like `server.cli`; with `exit_after`, one that stops for good
+    after that many chunks of its transfer (tests/exit_after_chunks.py)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
     clean["HOME"] = str(server.home)
+    command = ["-m", "paddlecloud"] if exit_after is None else [exit_after_chunks.__file__, str(exit_after)]
     return subprocess.run(
-        [sys.executable, "-m", "paddlecloud", *args],
-        env={**clean, **(env or {})},
+        [sys.executable, *command, *args],
+        env=clean,
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT,
@@ -152,9 +155,8 @@ def test_interrupted_transfers_resume_without_resending(server_factory, tmp_path
             out.write(os.urandom(1024 * 1024))
 
     # The upload stops for good after two acknowledged chunks, as if killed.
-    hook = {EXIT_AFTER_CHUNKS_ENV: "2"}
-    stopped = run_cli(server, "cp", str(big), "pfs:big.bin", env=hook)
-    assert stopped.returncode == TEST_HOOK_EXIT_STATUS, stopped.stderr
+    stopped = run_cli(server, "cp", str(big), "pfs:big.bin", exit_after=2)
+    assert stopped.returncode == exit_after_chunks.EXIT_STATUS, stopped.stderr
     state = json.loads((server.home / ".paddle" / "uploads.json").read_text())
     assert oct((server.home / ".paddle" / "uploads.json").stat().st_mode & 0o777) == "0o600"
     [record] = state["uploads"].values()
@@ -172,8 +174,8 @@ def test_interrupted_transfers_resume_without_resending(server_factory, tmp_path
     # The download stops after three chunks' worth of bytes reached the part file.
     dest = tmp_path / "down" / "big.bin"
     part = dest.with_name(dest.name + PART_SUFFIX)
-    stopped = run_cli(server, "cp", "pfs:big.bin", str(dest), env={EXIT_AFTER_CHUNKS_ENV: "3"})
-    assert stopped.returncode == TEST_HOOK_EXIT_STATUS, stopped.stderr
+    stopped = run_cli(server, "cp", "pfs:big.bin", str(dest), exit_after=3)
+    assert stopped.returncode == exit_after_chunks.EXIT_STATUS, stopped.stderr
     kept = part.stat().st_size
     assert 3 * CHUNK_SIZE <= kept < BIG and not dest.exists()
 

@@ -16,7 +16,6 @@ from paddlecloud.main import EXIT_USAGE, build_parser, main
 from paddlecloud.pfspaths import PfsPathError
 from paddlecloud.progress import Progress, human_size, summary_text
 from paddlecloud.transfer import (
-    EXIT_AFTER_CHUNKS_ENV,
     STATE_MAX_AGE,
     FileResult,
     ResumeState,
@@ -223,14 +222,17 @@ def test_tus_metadata_and_chunk_checksums() -> None:
     assert chunk_checksum(b"abc") == "crc32 NSRBwg=="
 
 
-def test_the_test_hook_is_only_read_from_the_environment_given() -> None:
+def test_the_chunk_hook_hears_the_running_count_and_is_optional() -> None:
     progress = Progress.quiet(io.StringIO(), io.StringIO())
     state = ResumeState(Path("/nonexistent/uploads.json"))
-    hooked = Transfers(None, user="u", state=state, progress=progress, env={EXIT_AFTER_CHUNKS_ENV: "2"})  # type: ignore[arg-type]
-    plain = Transfers(None, user="u", state=state, progress=progress, env={})  # type: ignore[arg-type]
-    assert (hooked._exit_after, plain._exit_after) == (2, None)
+    heard: list[int] = []
+    hooked = Transfers(None, user="u", state=state, progress=progress, on_chunk=heard.append)  # type: ignore[arg-type]
+    plain = Transfers(None, user="u", state=state, progress=progress)  # type: ignore[arg-type]
+    for transfers in (hooked, hooked, plain):
+        transfers._chunk_done()
+    assert heard == [1, 2]
     with pytest.raises(ValueError, match="jobs"):
-        Transfers(None, user="u", state=state, progress=progress, jobs=0, env={})  # type: ignore[arg-type]
+        Transfers(None, user="u", state=state, progress=progress, jobs=0)  # type: ignore[arg-type]
 
 
 # --- summaries and output ------------------------------------------------------------------------

@@ -225,7 +225,7 @@ class Rig:
     def transfers(self, **kwargs: Any) -> Transfers:
         progress = Progress(stdout=self.out, stderr=self.err, bars=False, lines=True)
         kwargs.setdefault("chunk_size", CHUNK)
-        return Transfers(self.client, user="alice", state=self.state, progress=progress, env={}, **kwargs)
+        return Transfers(self.client, user="alice", state=self.state, progress=progress, **kwargs)
 
 
 @pytest.fixture
