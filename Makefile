@@ -46,6 +46,7 @@ lint: install-dev
 	@for f in cli/*; do ln -s "$(CURDIR)/$$f" $(VENV)/typecheck/paddlecloud/; done
 	@for s in common gateway jobs pfs builder; do ln -s "$(CURDIR)/services/$$s" $(VENV)/typecheck/paddlecloud/$$s; done
 	$(BIN)/mypy
+	PYTHONPATH=$(VENV)/typecheck $(BIN)/lint-imports --no-cache
 
 test: lint system-deps
 	$(BIN)/pytest

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from paddlecloud.common import sandbox
+from paddlecloud.common import cgroups, sandbox
 from paddlecloud.common.config import load_config as load_server_config
-from paddlecloud.common.supervisor import ADMIN, Platform, run_platform
-from paddlecloud.jobs.local import cgroups
+from paddlecloud.common.platform import ADMIN, Platform, run_platform
 
 from ..config import ClientConfig, ConfigMissing, Datacenter, load_config, save_config
 from ..context import Context

@@ -39,7 +39,7 @@ from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.store import Build, Store
 from paddlecloud.common.store.models import ACTIVE_STATES, FAILED, PENDING, RUNNING, SUCCEEDED, utcnow
 from paddlecloud.common.tasks import Spawned
-from paddlecloud.pfs.paths import resolve_for
+from paddlecloud.common.volume import resolve_for
 
 from .backend import BaseRefused, BuildBackend, BuildRequest, LogLine, LogQuery, Outcome
 from .errors import BuildNotFound, RequestRefused

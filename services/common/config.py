@@ -85,6 +85,8 @@ class JobsSection(ServiceSection):
 
 class PfsSection(ServiceSection):
     port: int = Field(8082, ge=0, le=65535)
+    # Where other services (jobs, for storage usage) reach pfs; `paddlecloud server` sets it.
+    url: str = "http://127.0.0.1:8082"
     root: Path = DEFAULT_DATA_DIR / "pfs"
     datacenter: str = "datacenter1"
     # tus uploads: the largest one (Tus-Max-Size), how long an unfinished one is kept after

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from paddlecloud.builder.client import BuilderClient
+from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
 from paddlecloud.common.store import Store
+from paddlecloud.common.volume import open_volume
 from paddlecloud.common.web import create_base_app, use_store
-from paddlecloud.pfs.paths import Root
 
 from .api import add_routes
 from .backends import create_backend
@@ -31,17 +31,18 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         async with use_store(app, config, given_store) as store:
             # The jobs service reads PFS directly: packages to check and run, usage for quota.
-            root = Root(config.pfs.root)
+            root = open_volume(config)
             backend = create_backend(config, root)
             await backend.open()
-            builder = BuilderClient(config)
-            manager = JobManager(config, store, backend, root, builder)
+            builder, pfs = BuilderClient(config), PfsClient(config)
+            manager = JobManager(config, store, backend, root, builder, pfs)
             app[MANAGER] = manager
             try:
                 async with reconciling(manager):
                     yield
             finally:
                 await builder.close()
+                await pfs.close()
                 await backend.close()
 
     return ctx

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from paddlecloud.common.config import Config
-from paddlecloud.pfs.paths import Root
+from paddlecloud.common.volume import Root
 
 from .backend import Backend
 

@@ -10,6 +10,7 @@ from paddlecloud.common.errors import (
     COMMON_PROBLEMS,
     CONFLICT,
     QUOTA_EXCEEDED,
+    UPSTREAM_UNAVAILABLE,
     DomainError,
     ErrorKind,
     Forbidden,
@@ -47,7 +48,12 @@ class SubmitBusy(DomainError):
     """Another submit of the same user holds the quota check (on this or another replica)."""
 
 
+class PfsUnavailable(DomainError):
+    """pfs, which counts the storage a quota check needs, cannot answer now."""
+
+
 PROBLEMS: ProblemTable = {
+    PfsUnavailable: UPSTREAM_UNAVAILABLE,
     SubmitBusy: CONFLICT,
     **COMMON_PROBLEMS,
     PackageNotFound: PACKAGE_NOT_FOUND,

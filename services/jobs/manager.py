@@ -26,8 +26,15 @@ from uuid import uuid4
 import structlog
 from pydantic import ValidationError
 
-from paddlecloud.builder.client import BuilderClient, BuilderError, BuilderUnavailable
 from paddlecloud.common import errors
+from paddlecloud.common.clients import (
+    BuilderClient,
+    BuilderError,
+    BuilderUnavailable,
+    PfsClient,
+    ServiceError,
+    ServiceUnavailable,
+)
 from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor, Exists, Invalid, NotFound
 from paddlecloud.common.internal_auth import Identity
@@ -45,8 +52,7 @@ from paddlecloud.common.store.models import (
     utcnow,
 )
 from paddlecloud.common.tasks import Spawned, background
-from paddlecloud.pfs.paths import PfsPath, Root, resolve_for
-from paddlecloud.pfs.usage import Usage
+from paddlecloud.common.volume import PfsPath, Root, resolve_for
 
 from .backend import (
     Backend,
@@ -59,7 +65,15 @@ from .backend import (
     WorkerInfo,
     planned_workers,
 )
-from .errors import BuildRefused, JobNotFound, PackageNotFound, QuotaExceeded, SubmitBusy, UnknownUser
+from .errors import (
+    BuildRefused,
+    JobNotFound,
+    PackageNotFound,
+    PfsUnavailable,
+    QuotaExceeded,
+    SubmitBusy,
+    UnknownUser,
+)
 from .spec import JobSpec
 
 log = structlog.get_logger(__name__)
@@ -148,7 +162,13 @@ class Resources:
 
 class JobManager:
     def __init__(
-        self, config: Config, store: Store, backend: Backend, root: Root, builder: BuilderClient
+        self,
+        config: Config,
+        store: Store,
+        backend: Backend,
+        root: Root,
+        builder: BuilderClient,
+        pfs: PfsClient,
     ) -> None:
         self._config = config
         self._builder = builder
@@ -156,7 +176,7 @@ class JobManager:
         self._store = store
         self._backend = backend
         self._root = root
-        self._usage = Usage(root)
+        self._pfs = pfs
         self._datacenter = config.pfs.datacenter
         self._submit_locks: dict[str, asyncio.Lock] = {}
         self._active: dict[str, Job] = {}
@@ -508,7 +528,7 @@ class JobManager:
             if limit is not None and want + have > limit:
                 over.append((resource, fmt(want), fmt(have), fmt(limit)))
         if quota.storage_bytes is not None:
-            stored = (await self._usage.of(owner)).bytes
+            stored = await self._stored_bytes(owner)
             if stored >= quota.storage_bytes:
                 over.append(("storage", "0", format_bytes(stored), format_bytes(quota.storage_bytes)))
         if over:
@@ -518,13 +538,26 @@ class JobManager:
                 quota=[{"resource": r, "requested": a, "used": u, "limit": lim} for r, a, u, lim in over],
             )
 
+    async def _stored_bytes(self, owner: str) -> int:
+        """The bytes in the owner's home, as pfs counts them (it owns the count and its cache)."""
+        try:
+            answer = await self._pfs.usage(Identity(owner))
+        except ServiceUnavailable as exc:
+            raise PfsUnavailable(f"storage use cannot be checked now: {exc.detail}") from None
+        except ServiceError as exc:
+            raise PfsUnavailable(f"storage use cannot be checked now: pfs said {exc.code}") from None
+        return int(answer.get("bytes", 0))
+
     async def quota(self, owner: str) -> dict[str, Any]:
         user = await self._store.get_user(owner)
         if user is None:
             raise UnknownUser(f"user {owner!r} does not exist")
         q = user.quota
         used = await self._in_use(owner)
-        stored = (await self._usage.of(owner)).bytes
+        try:
+            stored: int | None = await self._stored_bytes(owner)
+        except PfsUnavailable:
+            stored = None  # said as unknown; nothing here depends on it
 
         def opt(value: int | None, fmt: Any) -> Any:
             return None if value is None else fmt(value)
@@ -540,7 +573,7 @@ class JobManager:
             "devices": devices,
             "memory": {"used": format_bytes(used.memory_bytes), "limit": opt(q.memory_bytes, format_bytes)},
             "jobs": {"used": used.jobs, "limit": q.jobs},
-            "storage": {"used": format_bytes(stored), "limit": opt(q.storage_bytes, format_bytes)},
+            "storage": {"used": opt(stored, format_bytes), "limit": opt(q.storage_bytes, format_bytes)},
             "machine": self._backend.capacity(),
         }
 

@@ -10,11 +10,11 @@ from aiohttp import web
 from paddlecloud.common.config import Config
 from paddlecloud.common.keys import READINESS_CHECKS
 from paddlecloud.common.store import Store
+from paddlecloud.common.volume import open_volume
 from paddlecloud.common.web import create_base_app, use_store
 
 from . import files, uploads
 from .keys import DATACENTER, ROOT, USAGE
-from .paths import Root
 from .usage import Usage
 
 
@@ -34,7 +34,7 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
 
 def _resources(config: Config, given_store: Store | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        root = Root(config.pfs.root.expanduser().resolve())
+        root = open_volume(config)
         app[ROOT] = root
         app[USAGE] = Usage(root)
 

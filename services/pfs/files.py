@@ -28,11 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from paddlecloud.common import errors
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import IDENTITY, REQUEST_ID, STORE
-from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
-
-from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .keys import DATACENTER, ROOT, USAGE
-from .paths import (
+from paddlecloud.common.volume import (
     PATH_FORBIDDEN,
     PATH_NOT_FOUND,
     PfsPath,
@@ -43,6 +39,10 @@ from .paths import (
     parse_path,
     problem_for,
 )
+from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
+
+from .fsops import remember_sha256, remembered_sha256, rename_noreplace
+from .keys import DATACENTER, ROOT, USAGE
 
 log = structlog.get_logger()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .paths import Root
+from paddlecloud.common.volume import Root
+
 from .usage import Usage
 
 ROOT = web.AppKey("pfs_root", Root)

@@ -38,11 +38,11 @@ from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import CONFIG, IDENTITY, REQUEST_ID, STORE
 from paddlecloud.common.store import Store
 from paddlecloud.common.tasks import background, run_periodically
+from paddlecloud.common.volume import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
 
 from . import tus
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
 from .keys import DATACENTER, ROOT, USAGE
-from .paths import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
 from .staging import (
     ChunkWriter,
     Record,

@@ -9,7 +9,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from .paths import Root
+from paddlecloud.common.volume import Root
 
 # A walk of a large home takes a while; quota checks may be this stale, and uploads in
 # flight are counted separately by the caller (their sizes are reserved at creation).

@@ -28,9 +28,9 @@ from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
 from paddlecloud.builder.app import create_app as create_builder
-from paddlecloud.builder.client import BuilderClient, BuilderError, BuilderUnavailable
 from paddlecloud.builder.errors import PROBLEMS, RequestRefused
 from paddlecloud.builder.spec import cache_key, check_requirements
+from paddlecloud.common.clients import BuilderClient, BuilderError, BuilderUnavailable
 from paddlecloud.common.errors import problem_for_domain
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import STORE

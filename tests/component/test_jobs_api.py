@@ -27,6 +27,7 @@ from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.jobs.app import create_app as create_jobs
 from paddlecloud.jobs.keys import MANAGER
+from paddlecloud.pfs.app import create_app as create_pfs
 from support import make_config, wait_until
 
 API = "/api/v1"
@@ -90,6 +91,9 @@ async def start_jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, *
         "pfs": {"datacenter": "dc1"},
         "jobs": {"grace_seconds": 3.0, "poll_seconds": 0.05, **jobs_settings},
     }
+    # pfs counts the storage that quotas check; the jobs service asks it.
+    pfs = await aiohttp_server(create_pfs(make_config(tmp_path, **sections)))
+    sections["pfs"]["url"] = str(pfs.make_url(""))
     server = await aiohttp_server(create_jobs(make_config(tmp_path, **sections)))
     config = make_config(
         tmp_path, **sections, gateway={"jobs_url": str(server.make_url("")), "admin_password": None}

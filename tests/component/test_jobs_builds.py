@@ -20,7 +20,7 @@ from paddlecloud.common.store.models import utcnow
 from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.jobs.app import create_app as create_jobs
-from support import make_config, make_wheelhouse
+from support import make_config, make_wheelhouse, wait_until
 
 PROGRAM = "import tinypkg\nprint('tinypkg', tinypkg.VALUE, flush=True)\n"
 
@@ -199,7 +199,11 @@ async def test_a_job_killed_while_it_builds_never_runs_and_its_build_is_kept_for
     ]["cached"]:
         assert time.monotonic() < deadline, "the build of the killed job never finished"
         await asyncio.sleep(0.1)
-    await asyncio.sleep(0.3)  # several reconcile rounds after the build: nothing may start now
+    # The killed job's build watcher has seen the build end and gone (it would have started
+    # the job then, had the kill not held): nothing can start it from now on.
+    assert await wait_until(
+        lambda: not any(t.get_name().startswith("build-of-") for t in asyncio.all_tasks()), 30
+    )
     job = await platform.job("early")
     assert job["state"] == "KILLED"
     assert [e["state"] for e in job["events"] if e["type"] == "state"] == ["PENDING", "BUILDING", "KILLED"]

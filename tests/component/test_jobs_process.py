@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from paddlecloud.common.store import User, open_store
-from support import ServiceProcess, signed, write_config
+from support import ServiceProcess, signed, wait_until, write_config
 
 
 @pytest.fixture
@@ -82,13 +82,14 @@ async def test_jobs_run_on_while_the_service_is_killed_and_a_restart_records_the
     assert service.process is not None
     os.kill(service.process.pid, signal.SIGKILL)
     service.process.wait()
+
     # "short" ends while nobody is watching; "long" is still running at the restart.
-    await asyncio.sleep(2.5)
-    states = {
-        p.parent.name: json.loads(p.read_text())["state"]
-        for p in (tmp_path / "jobs" / "alice").glob("*/state.json")
-    }
-    assert sorted(states.values()) == ["RUNNING", "SUCCEEDED"], states
+    def states() -> list[str]:
+        found = (tmp_path / "jobs" / "alice").glob("*/state.json")
+        return sorted(json.loads(p.read_text())["state"] for p in found)
+
+    assert await wait_until(lambda: "SUCCEEDED" in states(), 30), states()
+    assert states() == ["RUNNING", "SUCCEEDED"]
     service.start()
     short = await wait_for(service, "short", {"SUCCEEDED", "FAILED", "KILLED"})
     assert short["state"] == "SUCCEEDED", short

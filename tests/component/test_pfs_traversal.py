@@ -18,7 +18,7 @@ from aiohttp import ClientResponse
 from test_pfs_files import API, HOME, Pfs, problem, snapshot, start_pfs, write
 from yarl import URL
 
-from paddlecloud.pfs import paths
+from paddlecloud.common import volume as paths
 from support import PFS_TRAVERSALS
 
 ALICE = f"{HOME}/alice"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from paddlecloud.jobs.local import cgroups
+from paddlecloud.common import cgroups
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,7 +8,7 @@ import pytest
 
 from paddlecloud.common.errors import ProblemError
 from paddlecloud.common.internal_auth import Identity
-from paddlecloud.pfs.paths import Root, authorize, parse_path
+from paddlecloud.common.volume import Root, authorize, parse_path
 from support import PFS_TRAVERSALS
 
 DC = "dc1"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from paddlecloud.common.cgroups import Hierarchy, Limits
 from paddlecloud.common.sandbox import Bind, Sandbox, View, bwrap_args
-from paddlecloud.jobs.local.cgroups import Hierarchy, Limits
 from paddlecloud.jobs.local.gpus import GpuPool
 from paddlecloud.jobs.local.uids import UidMap, UidsExhausted
 

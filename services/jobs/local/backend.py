@@ -38,13 +38,14 @@ from typing import Any
 
 import structlog
 
+from paddlecloud.common import cgroups
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.config import Config
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.sandbox import Bind, chown_tree
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES, utcnow
-from paddlecloud.pfs.paths import PfsPath, Root, parse_path
+from paddlecloud.common.volume import PfsPath, Root, parse_path
 
 from ..backend import (
     Backend,
@@ -58,7 +59,6 @@ from ..backend import (
     WorkerInfo,
 )
 from ..spec import JobSpec
-from . import cgroups
 from .gpus import GpuPool, discover
 from .plan import CgroupPlan, Plan, SandboxPlan, build_plan
 from .uids import UidMap, UidsExhausted

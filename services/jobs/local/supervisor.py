@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from paddlecloud.common import sandbox
+from paddlecloud.common.cgroups import Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, View
 
-from .cgroups import Hierarchy, Limits
 from .plan import Plan, Role, Worker
 
 PORT_POLL_SECONDS = 0.1

@@ -1,4 +1,5 @@
-"""PFS paths: parsed strictly, authorised per user, and opened only beneath their area's root.
+"""The PFS volume: paths parsed strictly and authorised per user (the grammar every service
+shares), and the datacenter's root on this host, opened only beneath each area's root.
 
 A PFS path is `/pfs/<datacenter>/home/<user>/...` or `/pfs/<datacenter>/public/...`.
 Parsing refuses every spelling of traversal before the filesystem is touched; opening
@@ -22,8 +23,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
 
-from paddlecloud.common import errors
-from paddlecloud.common.internal_auth import Identity
+from . import errors
+from .config import Config
+from .internal_auth import Identity
 
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
@@ -241,6 +243,11 @@ def _walk_nofollow(dirfd: int, relative: str, flags: int, mode: int) -> int:
         return fd
     finally:
         os.close(current)
+
+
+def open_volume(config: Config) -> Root:
+    """The datacenter's root as `pfs.root` names it: the one way every service builds it."""
+    return Root(config.pfs.root.expanduser().resolve())
 
 
 class Root:

@@ -137,8 +137,9 @@ class Platform:
         gateway["admin_password_file"] = str(self.data_dir / "admin.password")
         for name in SERVICES:
             gateway[f"{name}_url"] = self.children[name].url
-        # The jobs service asks the builder directly for a job's environment.
+        # The jobs service asks the builder directly for a job's environment, and pfs for usage.
         raw.setdefault("builder", {})["url"] = self.children["builder"].url
+        raw["pfs"]["url"] = self.children["pfs"].url
         raw.setdefault("log", {}).setdefault("format", "json")
         path = self.run_dir / "paddlecloud.yaml"
         _write_private(path, yaml.safe_dump(raw, sort_keys=False))

@@ -1,24 +1,28 @@
-"""A small async client for the builder service, for other services (the jobs service).
+"""Small async clients one service uses to call another directly: the builder, and pfs.
 
-It calls the builder directly at `builder.url`, signing each request for the identity it
-acts for with the internal secret, exactly as the gateway does, and forwards the
-current request id (the one bound in structlog's context by the service's middleware),
-so the builder's log lines carry the same id as the caller's.
+Services never import each other; they talk over HTTP through these. Each call goes to
+the service's internal URL (`builder.url`, `pfs.url`), signed for the identity it acts
+for with the internal secret exactly as the gateway signs, and forwards the current
+request id (the one bound in structlog's context by the service's middleware), so the
+callee's log lines carry the same id as the caller's.
 
     async with BuilderClient(config) as builder:
         build = await builder.request_build(identity, requirements=text, base=None, package=path)
         build = await builder.get_build(identity, build["id"])   # until state is final
 
-A problem answer raises `BuilderError` with the builder's status and problem document
-(`.code`, `.detail`, `.problem["errors"]`); a builder that cannot be reached or does
-not answer in time raises `BuilderUnavailable`.
+    async with PfsClient(config) as pfs:
+        used = await pfs.usage(identity)          # {user, bytes, files, limit}
+
+A problem answer raises `ServiceError` (`BuilderError` for the builder) with the status
+and problem document (`.code`, `.detail`, `.problem["errors"]`); a service that cannot be
+reached or does not answer in time raises `ServiceUnavailable` (`BuilderUnavailable`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 import aiohttp
@@ -33,22 +37,36 @@ from paddlecloud.common.web import REQUEST_ID_HEADER, new_request_id
 NDJSON = "application/x-ndjson"
 
 
-class BuilderError(Exception):
-    """The builder answered with a problem."""
+class ServiceError(Exception):
+    """The service answered with a problem."""
 
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+    def __init__(self, status: int, problem: dict[str, Any], service: str = "service") -> None:
         self.status = status
         self.problem = problem
         self.code = str(problem.get("code", f"ERR_HTTP_{status}"))
         self.detail = str(problem.get("detail", ""))
-        super().__init__(f"builder: {status} {self.code}: {self.detail}")
+        super().__init__(f"{service}: {status} {self.code}: {self.detail}")
 
 
-class BuilderUnavailable(BuilderError):
+class ServiceUnavailable(ServiceError):
+    """The service could not be reached, or did not answer in time."""
+
+
+class BuilderError(ServiceError):
+    """The builder answered with a problem."""
+
+
+class BuilderUnavailable(BuilderError, ServiceUnavailable):
     """The builder could not be reached, or did not answer in time."""
 
 
-class BuilderClient:
+class ServiceClient:
+    """Signed JSON calls to one service; subclasses name the service and add its calls."""
+
+    name = "service"
+    error: type[ServiceError] = ServiceError
+    unavailable: type[ServiceError] = ServiceUnavailable
+
     def __init__(
         self,
         config: Config,
@@ -59,14 +77,18 @@ class BuilderClient:
     ) -> None:
         """`session` is used as given and left open; without one the client makes its own,
         closed by `close()`."""
-        self._url = config.builder.url.rstrip("/")
+        self._url = self.url_of(config).rstrip("/")
         self._secret = config.internal_secret()
         self._session = session
         self._own_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
         self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=timeout)
 
-    async def __aenter__(self) -> BuilderClient:
+    @staticmethod
+    def url_of(config: Config) -> str:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -102,15 +124,46 @@ class BuilderClient:
                     answer = None
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BuilderUnavailable(
-                503, {"code": "ERR_UPSTREAM_UNAVAILABLE", "detail": f"the builder at {self._url}: {exc!r}"}
-            ) from exc
+            raise self._unreachable(exc) from exc
         if not isinstance(answer, dict):
-            answer = {"code": f"ERR_HTTP_{status}", "detail": "the builder's answer is not a JSON object"}
-            raise BuilderError(status if status >= 400 else 502, answer)
+            answer = {
+                "code": f"ERR_HTTP_{status}",
+                "detail": f"the {self.name}'s answer is not a JSON object",
+            }
+            raise self.error(status if status >= 400 else 502, answer, self.name)
         if status >= 400:
-            raise BuilderError(status, answer)
+            raise self.error(status, answer, self.name)
         return answer
+
+    def _unreachable(self, exc: BaseException) -> ServiceError:
+        detail = f"the {self.name} at {self._url}: {exc!r}"
+        return self.unavailable(503, {"code": "ERR_UPSTREAM_UNAVAILABLE", "detail": detail}, self.name)
+
+
+class PfsClient(ServiceClient):
+    """The pfs service, for what other services ask of it: a home's storage usage."""
+
+    name = "pfs"
+
+    @staticmethod
+    def url_of(config: Config) -> str:
+        return config.pfs.url
+
+    async def usage(self, identity: Identity) -> dict[str, Any]:
+        """`GET /api/v1/pfs/usage`: the identity's own `{user, bytes, files, limit}`."""
+        return await self._call(identity, "GET", "/api/v1/pfs/usage")
+
+
+class BuilderClient(ServiceClient):
+    """The builder service: requests builds, reads and follows them (the jobs service)."""
+
+    name = "builder"
+    error = BuilderError
+    unavailable = BuilderUnavailable
+
+    @staticmethod
+    def url_of(config: Config) -> str:
+        return config.builder.url
 
     async def request_build(
         self,
@@ -147,7 +200,7 @@ class BuilderClient:
                         problem = await resp.json(content_type=None)
                     except ValueError:
                         problem = {}
-                    raise BuilderError(resp.status, problem if isinstance(problem, dict) else {})
+                    raise BuilderError(resp.status, problem if isinstance(problem, dict) else {}, self.name)
                 pending = b""
                 async for chunk in resp.content.iter_any():
                     *lines, pending = (pending + chunk).split(b"\n")
@@ -156,6 +209,4 @@ class BuilderClient:
                             item = json.loads(raw)
                             yield {"line": str(item["line"]), "cursor": str(item["cursor"])}
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BuilderUnavailable(
-                503, {"code": "ERR_UPSTREAM_UNAVAILABLE", "detail": f"the builder at {self._url}: {exc!r}"}
-            ) from exc
+            raise self._unreachable(exc) from exc
