@@ -98,6 +98,11 @@ def context(browser: Any) -> Iterator[Any]:
     ctx.close()
 
 
+def ready(page: Any) -> None:
+    """Wait until the page's script has wired its controls (a click before would be lost)."""
+    page.locator("body[data-ready='1']").wait_for(state="attached")
+
+
 def sign_in(page: Any, server: Any, user: str, password: str | None = None) -> None:
     page.goto(server.endpoint + "/")
     page.wait_for_url("**/login?next=/")
@@ -105,6 +110,7 @@ def sign_in(page: Any, server: Any, user: str, password: str | None = None) -> N
     page.fill("input[name=password]", password or f"{user}-password")
     page.click("button[type=submit]")
     page.wait_for_selector("header.top .who")
+    ready(page)
 
 
 def submit(server: Any, user: str, name: str, **env: str) -> None:
@@ -162,6 +168,7 @@ def test_jobs_appear_and_run_live_logs_follow_to_the_end_and_a_job_is_killed(
 
     # The first job's page: workers, events, and the logs as they are written.
     page.click("a[href='/jobs/fit-a-line']")
+    ready(page)
     page.locator("#job-workers tr[data-worker='trainer-0'][data-state='RUNNING']").wait_for()
     page.locator("#log-lines .line", has_text="waiting for go").wait_for()
     assert page.get_attribute("#log-status", "data-state") == "following"
@@ -184,6 +191,7 @@ def test_jobs_appear_and_run_live_logs_follow_to_the_end_and_a_job_is_killed(
 
     # The second job, killed from its page after a confirmation.
     page.goto(platform.endpoint + "/jobs/resnet-sleeper")
+    ready(page)
     page.locator("body[data-state='RUNNING']").wait_for()
     page.click("#job-kill")
     page.locator("#confirm[open]").wait_for()
@@ -204,6 +212,7 @@ def test_an_upload_survives_a_reload_and_comes_back_identical(
     page = context.new_page()
     sign_in(page, platform, "alice")
     page.goto(platform.endpoint + "/files")
+    ready(page)
 
     # Let two 8 MiB chunks through, then cut every further PATCH: the upload is stuck
     # half-way, as if the network had gone, when the page is reloaded.
@@ -223,6 +232,7 @@ def test_an_upload_survives_a_reload_and_comes_back_identical(
     page.locator(f"#upload-list li[data-acknowledged='{16 * MiB}']").wait_for()
     page.unroute("**/api/v1/pfs/uploads/**")
     page.reload()
+    ready(page)
 
     page.set_input_files("#upload-files", str(source))
     item = page.locator("#upload-list li").first
@@ -295,6 +305,7 @@ def test_a_cross_site_post_without_the_csrf_token_is_refused(platform: Any, cont
 
     # The page itself, with its token, may.
     page.goto(platform.endpoint + "/files")
+    ready(page)
     page.click("#files-mkdir")
     page.fill("#confirm-input", "made-by-alice")
     page.click("#confirm-ok")

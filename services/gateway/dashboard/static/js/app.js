@@ -8,5 +8,9 @@ const pages = {
 
 const load = pages[document.body.dataset.page];
 if (load) {
-  load().then((module) => module.start(document.body.dataset));
+  // data-ready tells a reader (and the browser tests) that the page's controls now work.
+  load().then((module) => {
+    module.start(document.body.dataset);
+    document.body.dataset.ready = "1";
+  });
 }
