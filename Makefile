@@ -24,16 +24,19 @@ $(DEV): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
 
-# Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md).
+# Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md);
+# chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright.
 # Installed where this runs as root with apt; elsewhere the tests that need them say so.
 system-deps:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing"; \
 			(apt-get install -y -qq $$missing >/dev/null 2>&1 || \
 			 { apt-get update -qq && apt-get install -y -qq $$missing; }) >/dev/null; \
-		else echo "not installed:$$missing (jobs and builds run unsandboxed; those tests are skipped)"; fi; \
+		else echo "not installed:$$missing (without bubblewrap jobs and builds run unsandboxed;" \
+			"the tests that need what is missing are skipped)"; fi; \
 	fi
 
 demo: install

@@ -78,6 +78,7 @@ async def server(ctx: Context, args: argparse.Namespace) -> int:
     def on_ready(running: Platform) -> None:
         out = ctx.stdout
         print(f"PaddleCloud is running at {running.endpoint} (data in {running.data_dir})", file=out)
+        print(f"Open {running.endpoint}/ in a browser for the dashboard.", file=out)
         if new_password is not None:
             print(f"Created administrator {ADMIN!r} with password: {new_password}", file=out)
             print(f"  (also kept in {running.data_dir / 'admin.password'}, readable only by you)", file=out)

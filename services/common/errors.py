@@ -149,6 +149,8 @@ UNAUTHENTICATED = ErrorKind("ERR_UNAUTHENTICATED", 401, "Authentication required
 BAD_CREDENTIALS = ErrorKind("ERR_BAD_CREDENTIALS", 401, "Wrong username or password")
 NOT_FROM_GATEWAY = ErrorKind("ERR_NOT_FROM_GATEWAY", 401, "Request did not come through the gateway")
 FORBIDDEN = ErrorKind("ERR_FORBIDDEN", 403, "Not allowed")
+# A cookie-authenticated (browser) request that changes state without its CSRF token.
+CSRF_REFUSED = ErrorKind("ERR_CSRF", 403, "Cross-site request refused")
 NOT_FOUND = ErrorKind("ERR_NOT_FOUND", 404, "Not found")
 METHOD_NOT_ALLOWED = ErrorKind("ERR_METHOD_NOT_ALLOWED", 405, "Method not allowed")
 CONFLICT = ErrorKind("ERR_CONFLICT", 409, "Conflict")

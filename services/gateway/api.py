@@ -22,6 +22,7 @@ from paddlecloud.common.quantity import (
 from paddlecloud.common.store import AlreadyExists, Quota, User
 from paddlecloud.common.web import json_response, parse_body
 
+from . import session as browser
 from .accounts import MIN_PASSWORD_LENGTH, USER_NAME, LoginFailed, Session
 from .keys import ACCOUNTS
 from .openapi import openapi_document
@@ -114,22 +115,30 @@ def render_user(user: User) -> dict[str, Any]:
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Demand a valid token on every /api call but the login itself."""
+    """Demand a valid token on every /api call but the login itself.
+
+    The token comes in the `Authorization` header (the CLI, the SDK, any client) or, for
+    the dashboard's pages, in the session cookie; a cookie alone never changes state
+    without the session's CSRF token (session.py).
+    """
     if not request.path.startswith("/api/") or (request.method, request.path) in PUBLIC_ROUTES:
         return await handler(request)
     match = _AUTH_HEADER.match(request.headers.get("Authorization", ""))
     challenge = {"WWW-Authenticate": 'Bearer realm="paddlecloud"'}
-    if match is None:
+    cookie = browser.session_token(request) if "Authorization" not in request.headers else None
+    if match is None and cookie is None:
         raise errors.UNAUTHENTICATED(
             "Send 'Authorization: Bearer <token>'. Get a token with POST /api/v1/auth/token "
             "or `paddlecloud login`.",
             headers=challenge,
         )
-    session = await request.app[ACCOUNTS].authenticate(match.group(2))
+    session = await request.app[ACCOUNTS].authenticate(match.group(2) if match else cookie or "")
     if session is None:
         raise errors.UNAUTHENTICATED(
             "The token is unknown, expired or revoked. Log in again.", headers=challenge
         )
+    if match is None:
+        browser.check_csrf(request, session.token_hash)
     request[SESSION] = session
     request[IDENTITY] = session.identity
     structlog.contextvars.bind_contextvars(user=session.identity.user)

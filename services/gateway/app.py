@@ -16,7 +16,7 @@ from paddlecloud.common.store.models import utcnow
 from paddlecloud.common.tasks import background, run_periodically
 from paddlecloud.common.web import create_base_app, use_store
 
-from . import api
+from . import api, dashboard
 from .accounts import Accounts
 from .keys import ACCOUNTS, UPSTREAM_SESSION
 from .proxy import Upstream
@@ -40,6 +40,7 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
     app = create_base_app(config, "gateway", internal=False, extra_middlewares=[api.authenticate])
     app.cleanup_ctx.append(_resources(config, store))
     api.add_routes(app)
+    dashboard.add_routes(app)
     gw = config.gateway
     urls = {"jobs": gw.jobs_url, "pfs": gw.pfs_url, "builder": gw.builder_url}
     for prefix, service in ROUTES:

@@ -13,6 +13,7 @@ from paddlecloud.common.keys import IDENTITY, INTERNAL_SECRET, REQUEST_ID
 from paddlecloud.common.web import REQUEST_ID_HEADER
 
 from .keys import UPSTREAM_SESSION
+from .session import CSRF_HEADER
 
 log = structlog.get_logger()
 
@@ -30,10 +31,20 @@ _HOP_BY_HOP = frozenset(
     }
 )
 # Also dropped on the way in: the caller's credentials stay here (identity travels as
-# signed headers instead), `Expect` was already answered by the gateway's own server,
-# and the request id and identity headers are the gateway's to set.
+# signed headers instead; a browser's are its cookies and CSRF token), `Expect` was
+# already answered by the gateway's own server, and the request id and identity headers
+# are the gateway's to set.
 _DROP_REQUEST = _HOP_BY_HOP | {
-    h.lower() for h in ("Host", "Authorization", "Expect", REQUEST_ID_HEADER, *internal_auth.HEADERS)
+    h.lower()
+    for h in (
+        "Host",
+        "Authorization",
+        "Cookie",
+        CSRF_HEADER,
+        "Expect",
+        REQUEST_ID_HEADER,
+        *internal_auth.HEADERS,
+    )
 }
 # The gateway's own server writes these.
 _DROP_RESPONSE = _HOP_BY_HOP | {"server", "date"}

@@ -1,0 +1,101 @@
+// Quota as bars of use against the limits; administrators also see every user's quota
+// and can change it.
+import { api } from "./api.js";
+import { $, h } from "./ui.js";
+
+const RESOURCES = [
+  ["cpu", "CPU"],
+  ["gpu", "GPU"],
+  ["memory", "Memory"],
+  ["jobs", "Running jobs"],
+  ["storage", "Storage"],
+];
+const SUFFIXES = { m: 1e-3, k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18 };
+for (const [i, s] of ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].entries()) SUFFIXES[s] = 1024 ** (i + 1);
+
+// A Kubernetes quantity ("2500m", "3Gi", 4) as a number, to draw a bar.
+export function quantity(value) {
+  if (value === null || value === undefined) return null;
+  if (typeof value === "number") return value;
+  const match = /^([0-9.]+)([a-zA-Z]*)$/.exec(String(value).trim());
+  if (!match) return Number.NaN;
+  return Number(match[1]) * (match[2] ? (SUFFIXES[match[2]] ?? Number.NaN) : 1);
+}
+
+function bar(key, label, usage) {
+  const used = quantity(usage.used);
+  const limit = quantity(usage.limit);
+  const text = limit === null ? `${usage.used} used, no limit` : `${usage.used} of ${usage.limit}`;
+  const meter =
+    limit === null
+      ? h("span", { class: "muted" }, "unlimited")
+      : h("meter", { min: 0, max: limit || 1, value: used, high: (limit || 1) * 0.9, optimum: 0 });
+  return [h("dt", {}, label), h("dd", { dataset: { resource: key } }, meter, " ", h("span", {}, text))];
+}
+
+async function showQuota() {
+  try {
+    const quota = await api("/api/v1/quota");
+    $("quota-bars").replaceChildren(...RESOURCES.flatMap(([key, label]) => bar(key, label, quota[key])));
+  } catch (error) {
+    $("quota-status").textContent = error.message;
+  }
+}
+
+function userRow(user, edit) {
+  const q = user.quota;
+  const cell = (v) => h("td", {}, v ?? "—");
+  return h(
+    "tr",
+    { dataset: { user: user.name } },
+    h("td", {}, user.name),
+    h("td", {}, user.admin ? "yes" : ""),
+    cell(q.cpu),
+    cell(q.gpu),
+    cell(q.memory),
+    cell(q.jobs),
+    cell(q.storage),
+    h("td", {}, h("button", { class: "link", onclick: () => edit(user) }, "Edit")),
+  );
+}
+
+async function showUsers() {
+  const dialog = $("quota-dialog");
+  const form = $("quota-form");
+  let editing = null;
+  const edit = (user) => {
+    editing = user;
+    $("quota-user").textContent = user.name;
+    $("quota-error").textContent = "";
+    for (const [key] of RESOURCES) form.elements[key].value = user.quota[key] ?? "";
+    dialog.showModal();
+  };
+  const refresh = async () => {
+    const { users } = await api("/api/v1/users");
+    $("users-body").replaceChildren(...users.map((u) => userRow(u, edit)));
+  };
+  form.addEventListener("submit", async (event) => {
+    if (event.submitter?.value !== "ok") return;
+    event.preventDefault();
+    const body = {};
+    for (const [key] of RESOURCES) {
+      const text = form.elements[key].value.trim();
+      body[key] = text === "" ? null : ["gpu", "jobs"].includes(key) ? Number(text) : text;
+    }
+    try {
+      await api(`/api/v1/users/${encodeURIComponent(editing.name)}/quota`, { method: "PUT", body });
+    } catch (error) {
+      $("quota-error").textContent = error.message;
+      return;
+    }
+    dialog.close();
+    await refresh();
+    await showQuota();
+  });
+  await refresh();
+}
+
+export function start(data) {
+  showQuota();
+  if (data.admin === "1") showUsers();
+}
