@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install install-dev system-deps demo test lint unit bench clean
+.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -53,6 +53,10 @@ lint: install-dev
 
 test: lint system-deps
 	$(BIN)/pytest
+
+# Refresh the dashboard screenshots under docs/ that the README shows.
+screenshots: install-dev system-deps
+	PADDLECLOUD_SCREENSHOTS=1 $(BIN)/pytest tests/e2e/test_dashboard.py -k live_logs
 
 bench: install-dev
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }

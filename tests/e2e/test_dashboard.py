@@ -37,7 +37,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 DC = "datacenter1"
+# The screenshots go to the test's own directory; `make screenshots` (which sets
+# PADDLECLOUD_SCREENSHOTS) refreshes the ones committed under docs/, so a test run
+# leaves the tree as it found it.
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    return DOCS if os.environ.get("PADDLECLOUD_SCREENSHOTS") == "1" else tmp_path
+
+
 WAIT_MS = 60_000
 MiB = 1024 * 1024
 
@@ -151,8 +160,9 @@ def test_sign_in_sets_a_strict_http_only_session_and_a_strict_csp(platform: Any,
 
 
 def test_jobs_appear_and_run_live_logs_follow_to_the_end_and_a_job_is_killed(
-    platform: Any, context: Any
+    platform: Any, context: Any, tmp_path: Path
 ) -> None:
+    shots = screenshot_dir(tmp_path)
     page = context.new_page()
     sign_in(page, platform, "alice")
     page.evaluate("window.notReloaded = true")
@@ -164,7 +174,8 @@ def test_jobs_appear_and_run_live_logs_follow_to_the_end_and_a_job_is_killed(
     submit(platform, "alice", "resnet-sleeper", LINES="3", WAIT_FOR="never")
     page.locator("tr[data-job='resnet-sleeper'][data-state='RUNNING']").wait_for()
     assert "trainers" in page.inner_text("tr[data-job='fit-a-line'] td.reason")
-    page.screenshot(path=str(DOCS / "dashboard-jobs.png"))
+    page.screenshot(path=str(shots / "dashboard-jobs.png"))
+    assert (shots / "dashboard-jobs.png").stat().st_size > 1000
 
     # The first job's page: workers, events, and the logs as they are written.
     page.click("a[href='/jobs/fit-a-line']")
@@ -172,7 +183,7 @@ def test_jobs_appear_and_run_live_logs_follow_to_the_end_and_a_job_is_killed(
     page.locator("#job-workers tr[data-worker='trainer-0'][data-state='RUNNING']").wait_for()
     page.locator("#log-lines .line", has_text="waiting for go").wait_for()
     assert page.get_attribute("#log-status", "data-state") == "following"
-    page.screenshot(path=str(DOCS / "dashboard-job.png"), full_page=True)
+    page.screenshot(path=str(shots / "dashboard-job.png"), full_page=True)
     go = platform.home / "go"
     go.write_text("go")
     platform.cli("--datacenter", "as-alice", "cp", str(go), "pfs:go")
