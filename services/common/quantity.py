@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 _BINARY: dict[str, int] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL: dict[str, Decimal | int] = {
@@ -19,6 +19,12 @@ _DECIMAL: dict[str, Decimal | int] = {
 _QUANTITY = re.compile(r"^(?P<num>[+]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?P<suffix>[A-Za-z]*)$")
 
 SUFFIXES = "Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024), k, M, G, T, P, E (powers of 1000), m (1/1000)"
+# No resource of one job or user comes near this (it is 1000 Yi-ish); larger values are
+# typos or probes, and refusing them keeps every later sum exact and small.
+MAX_QUANTITY = Decimal(10) ** 24
+# Exact arithmetic for anything under MAX_QUANTITY with its fractions (Decimal's default
+# context keeps 28 digits and would round a long number silently).
+_EXACT = Context(prec=60)
 
 
 class QuantityError(ValueError):
@@ -32,7 +38,7 @@ def parse_quantity(text: str | int | float) -> Decimal:
     if isinstance(text, int | float):
         if text < 0:
             raise QuantityError("must not be negative")
-        return Decimal(str(text))
+        return _bounded(Decimal(str(text)), text)
     match = _QUANTITY.match(text.strip())
     if match is None:
         raise QuantityError(f"{text!r} is not a quantity such as 2, 500m or 1Gi")
@@ -44,9 +50,18 @@ def parse_quantity(text: str | int | float) -> Decimal:
     else:
         raise QuantityError(f"{text!r} has unknown suffix {suffix!r}; use {SUFFIXES}")
     try:
-        return Decimal(match["num"]) * factor
+        number = Decimal(match["num"])
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
         raise QuantityError(f"{text!r} is not a number") from exc
+    if number.adjusted() > 30:  # before multiplying: 1e300 is refused, not computed
+        raise QuantityError(f"{text[:40]!r} is too large (at most {MAX_QUANTITY:.0e})")
+    return _bounded(_EXACT.multiply(number, Decimal(factor)), text)
+
+
+def _bounded(value: Decimal, text: object) -> Decimal:
+    if value >= MAX_QUANTITY:
+        raise QuantityError(f"{str(text)[:40]!r} is too large (at most {MAX_QUANTITY:.0e})")
+    return value
 
 
 def parse_cpu_milli(text: str | int | float) -> int:

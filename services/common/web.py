@@ -229,13 +229,24 @@ async def read_json(request: web.Request) -> Any:
     limit = request.app[JSON_LIMIT]
     if request.content_length is not None and request.content_length > limit:
         raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
-    raw = await request.content.read(limit + 1)
-    if len(raw) > limit:
-        raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
+    # read(n) answers with what has arrived so far, which for a slow client is a prefix
+    # of the body: read until the end, and stop as soon as the body passes the limit.
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(limit + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
+    raw = b"".join(chunks)
     try:
         return json.loads(raw)
+    except RecursionError:
+        raise errors.BAD_JSON("The body nests JSON arrays or objects too deeply.") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise errors.BAD_JSON(f"The body is not valid JSON: {exc}") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (4300)
+        raise errors.BAD_JSON(f"The body is not JSON this service reads: {exc}") from exc
 
 
 async def parse_body(request: web.Request, model: type[Model]) -> Model:

@@ -81,6 +81,14 @@ DEFAULT_MEMORY = "1Gi"
 # Container runtimes refuse memory limits under about 6MB and a Python trainer needs
 # more than that to start; a smaller value is nearly always a bare number meant as Mi.
 MIN_MEMORY_BYTES = 16 * 2**20
+# What one worker may ask for: far beyond any machine, near enough to catch a typo.
+MAX_WORKER_CPU_MILLI = 10_000 * 1000
+MAX_WORKER_MEMORY_BYTES = 2**50  # 1Pi
+# The environment goes to execve with the arguments: Linux allows 2 MiB for both
+# together, and 128 KiB for one string (checked per variable below).
+MAX_ENV_VARS = 1000
+MAX_ENTRY_BYTES = 64 * 1024
+MAX_ENV_BYTES = 256 * 1024
 
 # --- Strings ---------------------------------------------------------------------------
 
@@ -196,6 +204,9 @@ class JobSpec(BaseModel):
             raise _error("entry", "the command to run must not be empty (the default is 'python train.py')")
         if "\x00" in value:
             raise _error("entry", "must not contain a NUL character (it is passed in the environment)")
+        if len(value.encode(errors="surrogatepass")) > MAX_ENTRY_BYTES:
+            # It is one argument to /bin/sh -c and the value of ENTRY: Linux takes 128 KiB.
+            raise _error("entry", f"is longer than {MAX_ENTRY_BYTES // 1024} KiB; put the command in a script")
         return value
 
     @field_validator("image", "registry")
@@ -227,8 +238,11 @@ class JobSpec(BaseModel):
     @field_validator("cpu", "pscpu", mode="before")
     @classmethod
     def _cpu(cls, value: Any) -> Any:
-        if _quantity(parse_cpu_milli, value, "such as 500m or 2") <= 0:
+        milli = _quantity(parse_cpu_milli, value, "such as 500m or 2")
+        if milli <= 0:
             raise _error("quantity", f"{value!r} must be more than 0 (such as 500m or 2)")
+        if milli > MAX_WORKER_CPU_MILLI:
+            raise _error("quantity", f"{value!r} is more than a worker may ask for (at most 10000 CPUs)")
         return value
 
     @field_validator("memory", "psmemory", mode="before")
@@ -241,11 +255,18 @@ class JobSpec(BaseModel):
             bare = isinstance(value, int) or value.strip().isdigit()
             hint = f"; a bare number is bytes: did you mean '{value}Mi'?" if bare and size > 0 else ""
             raise _error("quantity", f"{value!r} is too small: at least 16Mi{hint}")
+        if size > MAX_WORKER_MEMORY_BYTES:
+            raise _error("quantity", f"{value!r} is more than a worker may ask for (at most 1Pi)")
         return value
 
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV_VARS:
+            raise _error("env", f"{len(value)} variables: at most {MAX_ENV_VARS} may be set")
+        total = sum(len(f"{k}={v}".encode(errors="surrogatepass")) + 1 for k, v in value.items())
+        if total > MAX_ENV_BYTES:
+            raise _error("env", f"{total} bytes in all: at most {MAX_ENV_BYTES // 1024} KiB may be set")
         problems = [p for key, val in value.items() if (p := _env_problem(key, val))]
         if problems:
             raise _error("env", "; ".join(problems))
