@@ -25,11 +25,13 @@ $(DEV): $(STAMP)
 	@touch $@
 
 # Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md);
-# chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright.
+# chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright;
+# iproute2's ss reads the services' listen backlogs.
 # Installed where this runs as root with apt; elsewhere the tests that need them say so.
 system-deps:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v ss >/dev/null || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing"; \

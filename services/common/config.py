@@ -41,7 +41,9 @@ class GatewaySection(ServiceSection):
     # two chunks, not the whole transfer, so multi-GB uploads and `logs -f` survive.
     connect_timeout: float = Field(2.0, gt=0)
     read_timeout: float = Field(300.0, gt=0)
-    pool_size: int = Field(100, gt=0)
+    # Pooled connections to each service: as many as the clients it may serve at once
+    # (the services' listen backlog is 1024), so a burst waits in no pool.
+    pool_size: int = Field(1024, gt=0)
     admin_username: str = "admin"
     admin_password: SecretStr | None = Field(None, repr=False)
     admin_password_file: Path | None = None

@@ -24,6 +24,8 @@ from typing import Any, TextIO
 import aiohttp
 import yaml
 
+from .runner import LISTEN_BACKLOG
+
 SERVICES = ("jobs", "pfs", "builder")  # started first; the gateway last, once they answer
 ADMIN = "admin"
 STOP_GRACE = 10.0
@@ -56,7 +58,7 @@ def _listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror} (choose another --port)") from exc
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     sock.set_inheritable(True)
     return sock
 

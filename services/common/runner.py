@@ -24,6 +24,9 @@ log = structlog.get_logger()
 
 # Grace for in-flight requests (a finishing upload chunk, a log stream) on shutdown.
 SHUTDOWN_TIMEOUT = 10.0
+# Connections the kernel queues before the service accepts them (capped by
+# net.core.somaxconn); at 128 a burst of 200 clients overflowed it.
+LISTEN_BACKLOG = 1024
 _PR_SET_PDEATHSIG = 1
 
 
@@ -45,9 +48,11 @@ async def serve(
     try:
         site: web.BaseSite
         if sock is not None:
-            site = web.SockSite(runner, sock)
+            # asyncio listens again on a socket it is handed, with the site's backlog
+            # (aiohttp's default, 128): the queue must be the one asked for here too.
+            site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
         else:
-            site = web.TCPSite(runner, host, port, reuse_address=True)
+            site = web.TCPSite(runner, host, port, reuse_address=True, backlog=LISTEN_BACKLOG)
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
         log.info("service_started", host=bound_host, port=bound_port, pid=os.getpid())

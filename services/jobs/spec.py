@@ -206,7 +206,9 @@ class JobSpec(BaseModel):
             raise _error("entry", "must not contain a NUL character (it is passed in the environment)")
         if len(value.encode(errors="surrogatepass")) > MAX_ENTRY_BYTES:
             # It is one argument to /bin/sh -c and the value of ENTRY: Linux takes 128 KiB.
-            raise _error("entry", f"is longer than {MAX_ENTRY_BYTES // 1024} KiB; put the command in a script")
+            raise _error(
+                "entry", f"is longer than {MAX_ENTRY_BYTES // 1024} KiB; put the command in a script"
+            )
         return value
 
     @field_validator("image", "registry")

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_jobs_api import Jobs, start_jobs
 
 

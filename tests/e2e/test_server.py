@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 import psutil
 import pytest
+import yaml
 
+from paddlecloud.common.runner import LISTEN_BACKLOG
 from paddlecloud.config import TokenCache
 
 pytestmark = pytest.mark.slow
@@ -115,3 +119,21 @@ def test_busy_port_is_one_clear_line(server_factory, tmp_path) -> None:
     assert second.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
     assert "Traceback" not in second.stderr
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read listen backlogs")
+def test_every_service_listens_with_the_backlog_it_asks_for(server_factory: Any) -> None:
+    server = server_factory()
+    config = yaml.safe_load((server.data_dir / "run" / "paddlecloud.yaml").read_text())
+    urls = {name: config["gateway"][f"{name}_url"] for name in ("jobs", "pfs", "builder")}
+    urls["gateway"] = server.endpoint
+    ports = {name: int(url.rsplit(":", 1)[1]) for name, url in urls.items()}
+    listing = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    backlog = {}
+    for line in listing.splitlines():
+        fields = line.split()
+        port = int(fields[3].rsplit(":", 1)[1])
+        for name, wanted in ports.items():
+            if port == wanted:
+                backlog[name] = int(fields[2])  # Send-Q of a listening socket: its backlog
+    assert backlog == dict.fromkeys(ports, LISTEN_BACKLOG), (backlog, ports)
