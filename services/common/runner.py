@@ -112,6 +112,10 @@ def service_main(
     configure_logging(config.log.format, config.log.level, service=service)
     section = getattr(config, service)
     sock = socket.socket(fileno=args.fd) if args.fd is not None else None
+    if sock is not None:
+        # Inherited on purpose, and ours alone from here: uvloop's subprocesses keep every
+        # inheritable descriptor, so a job's supervisor would hold this port after we die.
+        sock.set_inheritable(False)
     try:
         app = create_app(config)
     except ConfigError as exc:

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -137,3 +138,33 @@ def test_every_service_listens_with_the_backlog_it_asks_for(server_factory: Any)
             if port == wanted:
                 backlog[name] = int(fields[2])  # Send-Q of a listening socket: its backlog
     assert backlog == dict.fromkeys(ports, LISTEN_BACKLOG), (backlog, ports)
+
+
+def test_a_jobs_processes_hold_none_of_the_platforms_sockets(server_factory: Any, tmp_path: Path) -> None:
+    server = server_factory()
+    package = tmp_path / "sleeper"
+    package.mkdir()
+    (package / "train.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(300)\n")
+    server.cli("submit", "--jobname", "sleeper", str(package))
+    jobs = server.services()["jobs"]
+    listening = {
+        c.laddr
+        for p in psutil.Process(server.process.pid).children()
+        for c in p.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    deadline = time.monotonic() + 30
+    supervisors: list[psutil.Process] = []
+    while not supervisors and time.monotonic() < deadline:
+        supervisors = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "paddlecloud.jobs.local.supervisor" in (line := " ".join(p.info["cmdline"] or []))
+            and str(server.data_dir) in line
+        ]
+        time.sleep(0.05)
+    assert supervisors, "the job's supervisor never started"
+    held = {c.laddr for p in supervisors for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    assert listening and not (held & listening), (held, listening)
+    assert jobs.is_running()
+    server.cli("kill", "sleeper")

@@ -192,6 +192,7 @@ class LocalBackend(Backend):
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True,  # our signals (Ctrl-C, the server stopping) are not its
+            close_fds=True,  # asked for, not assumed: uvloop's default differs from subprocess's
             cwd=job_dir,
         )
         reaper = asyncio.create_task(self._reap(proc), name=f"reap-supervisor-{job.id}")
