@@ -165,6 +165,7 @@ UPSTREAM_UNAVAILABLE = ErrorKind("ERR_UPSTREAM_UNAVAILABLE", 503, "Service unava
 UPSTREAM_TIMEOUT = ErrorKind("ERR_UPSTREAM_TIMEOUT", 504, "Service did not answer in time")
 NOT_READY = ErrorKind("ERR_NOT_READY", 503, "Service not ready")
 BAD_CURSOR = ErrorKind("ERR_BAD_CURSOR", 400, "Bad cursor")
+STORAGE_FULL = ErrorKind("ERR_STORAGE_FULL", 507, "Insufficient storage")
 
 
 # What every service's table starts from.

@@ -34,7 +34,7 @@ def configure_logging(
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=lambda *_: SafeLogger(sys.stderr),
         cache_logger_on_first_use=True,
     )
     # Libraries that log through the standard library (aiohttp, pymongo) go to the same stream.
@@ -45,6 +45,26 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(numeric, logging.WARNING))
+
+
+class SafeLogger(structlog.PrintLogger):
+    """A print logger that cannot fail its caller: a line that cannot be written (the log's
+    disk is full, its pipe is gone) is counted and dropped, never raised into a request
+    or a background loop. The count is said with the next line that gets through."""
+
+    dropped = 0
+
+    def msg(self, message: str) -> None:
+        try:
+            if SafeLogger.dropped:
+                lost, SafeLogger.dropped = SafeLogger.dropped, 0
+                super().msg(f'{{"event": "log_lines_dropped", "count": {lost}}}')
+            super().msg(message)
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            SafeLogger.dropped += 1
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
 
 
 def shared_for_stdlib(

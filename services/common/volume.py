@@ -375,4 +375,4 @@ def problem_for(exc: OSError, path: PfsPath | str) -> errors.ProblemError:
     raise exc
 
 
-STORAGE_FULL = errors.ErrorKind("ERR_STORAGE_FULL", 507, "Insufficient storage")
+STORAGE_FULL = errors.STORAGE_FULL

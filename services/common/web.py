@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -101,12 +104,63 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         body = errors.problem_body(code, exc.status, exc.reason, detail, request_id)
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
         return errors.problem_response(body, headers)
-    except Exception:
+    except Exception as exc:
+        if _out_of_space(exc):
+            # Whatever needed the disk (the store, a job's directory, a log), it is full:
+            # the caller learns that, and may try again once an operator freed space.
+            log.warning("storage_full", error=str(exc))
+            detail = "The server's disk is full; nothing was changed. Try again once space is freed."
+            return errors.problem_response(errors.STORAGE_FULL(detail).body(request_id))
         log.exception("unhandled_exception")
         body = errors.INTERNAL(
             f"Something went wrong on our side. Quote request id {request_id} to the operator."
         ).body(request_id)
         return errors.problem_response(body)
+
+
+def _out_of_space(exc: BaseException | None) -> bool:
+    """Whether `exc`, or what caused it, is the disk being full (ENOSPC, EDQUOT, SQLite's FULL)."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+# Below this much free space a service says it is not ready: it can serve reads, but the
+# next write may fail. (A full disk must not look healthy to a load balancer.)
+MIN_FREE_BYTES = 4 * 2**20
+
+
+def disk_check(paths: list[Path]) -> Callable[[], Awaitable[None]]:
+    """A readiness check that fails while a filesystem under `paths` is (nearly) full."""
+
+    async def disk_space() -> None:
+        for path in paths:
+            try:
+                st = os.statvfs(path)
+            except OSError:
+                continue  # not made yet: nothing is written there
+            free = st.f_bavail * st.f_frsize
+            if free < MIN_FREE_BYTES:
+                raise OSError(errno.ENOSPC, f"{path} has {free} bytes free")
+
+    return disk_space
+
+
+def _data_paths(config: Config, service: str) -> list[Path]:
+    """Where a service writes: its own directory and a SQLite store's."""
+    own = {"pfs": config.pfs.root, "jobs": config.jobs.work_dir, "builder": config.builder.work_dir}
+    paths = [own[service].expanduser()] if service in own else []
+    try:
+        url = config.store_url()
+    except Exception:
+        url = ""
+    if url.startswith("sqlite:///"):
+        paths.append(Path(url.removeprefix("sqlite://")).expanduser().parent)
+    return paths
 
 
 def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
@@ -169,8 +223,11 @@ async def readyz(request: web.Request) -> web.Response:
         try:
             await check()
         except Exception as exc:
-            log.warning("readiness_check_failed", check=getattr(check, "__name__", "?"), error=str(exc))
-            raise errors.NOT_READY(f"{getattr(check, '__name__', 'a check')} failed") from exc
+            name = getattr(check, "__name__", "a check")
+            log.warning("readiness_check_failed", check=name, error=str(exc))
+            # Probes are public on the gateway: say what failed, never where.
+            why = ": the disk is full" if _out_of_space(exc) else ""
+            raise errors.NOT_READY(f"{name} failed{why}") from exc
     return web.json_response({"status": "ready"})
 
 
@@ -212,7 +269,7 @@ def create_base_app(
     app[METRICS_REGISTRY] = registry
     app[_METRICS] = _Metrics(registry)
     app[JSON_LIMIT] = section.max_json_body
-    app[READINESS_CHECKS] = []
+    app[READINESS_CHECKS] = [disk_check(_data_paths(config, service))]
     # Services check the gateway's signature with it; the gateway signs with it.
     app[INTERNAL_SECRET] = config.internal_secret()
     app.router.add_get("/healthz", healthz)

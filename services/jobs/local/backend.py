@@ -44,7 +44,7 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.sandbox import Bind, chown_tree
 from paddlecloud.common.store import Job
-from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, TERMINAL_STATES, utcnow
+from paddlecloud.common.store.models import FAILED, KILLED, PENDING, RUNNING, TERMINAL_STATES, utcnow
 from paddlecloud.common.volume import PfsPath, Root, parse_path
 
 from ..backend import (
@@ -447,17 +447,22 @@ class LocalBackend(Backend):
         self._gpus.release(job.id)
 
     async def workers(self, job: Job) -> list[WorkerInfo]:
-        state = self._read_state(job) or {}
-        recorded = {w["name"]: w for w in state.get("workers", ())}
+        recorded = {w["name"]: w for w in (self._read_state(job) or {}).get("workers", ())}
         result = []
+        # A job that is final has no running worker, whatever its supervisor managed to record
+        # before it died: those it left unfinished ended with it.
+        ended_as = {FAILED: FAILED, KILLED: KILLED}.get(job.state, KILLED)
         for worker in self._plan(job).workers:
             w = recorded.get(worker.name, {})
+            worker_state = str(w.get("state", "PENDING"))
+            if job.state in TERMINAL_STATES and worker_state not in TERMINAL_STATES:
+                worker_state = ended_as
             result.append(
                 WorkerInfo(
                     name=worker.name,
                     role=worker.role.value,
                     index=worker.index,
-                    state=str(w.get("state", "PENDING")),
+                    state=worker_state,
                     restarts=int(w.get("restarts", 0)),
                     started_at=w.get("started_at"),
                     exit_code=w.get("exit_code"),
