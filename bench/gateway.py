@@ -21,13 +21,24 @@ CONNECTIONS = 32
 ROUNDS = 2
 
 
-def wrk(url: str, headers: dict[str, str]) -> dict[str, float]:
-    """Requests per second and latency percentiles (ms) from one wrk run."""
-    cmd = ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{DURATION}", "--latency"]
+# Issue 20's load figure: many clients at once through the gateway, against fewer.
+LOAD_CONNECTIONS = (50, 200)
+
+
+def wrk(
+    url: str, headers: dict[str, str], connections: int = CONNECTIONS, *, allow_errors: bool = False
+) -> dict[str, float]:
+    """Requests per second, latency percentiles (ms) and errors from one wrk run."""
+    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{DURATION}", "--latency", "--timeout", "10s"]
     for key, value in headers.items():
         cmd += ["-H", f"{key}: {value}"]
     out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
-    if "Non-2xx" in out:
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = (int(non_2xx.group(1)) if non_2xx else 0) + (
+        sum(int(n) for n in socket_errors.groups()) if socket_errors else 0
+    )
+    if errors and not allow_errors:
         raise RuntimeError(f"wrk saw errors:\n{out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
 
@@ -35,7 +46,7 @@ def wrk(url: str, headers: dict[str, str]) -> dict[str, float]:
         value, unit = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
         return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
-    return {"rps": rps, "p50": pct("50"), "p99": pct("99")}
+    return {"rps": rps, "p50": pct("50"), "p99": pct("99"), "errors": errors}
 
 
 def login(url: str) -> str:
@@ -77,6 +88,9 @@ def main() -> None:
             for _ in range(ROUNDS):  # interleaved, so drift on a shared machine hits both
                 runs["direct"].append(wrk(upstream.url + PING, direct_headers))
                 runs["gateway"].append(wrk(gateway.url + PING, gateway_headers))
+            load = {
+                n: wrk(gateway.url + PING, gateway_headers, n, allow_errors=True) for n in LOAD_CONNECTIONS
+            }
         finally:
             gateway.stop()
             upstream.stop()
@@ -89,6 +103,14 @@ def main() -> None:
     print(
         f"gateway/direct: throughput {g['rps'] / d['rps']:.2f}x, p99 {g['p99'] / d['p99']:.2f}x "
         f"(aim: throughput >= 0.50x)"
+    )
+    few, many = (load[n] for n in LOAD_CONNECTIONS)
+    ratio = many["p99"] / few["p99"]
+    met = "met" if many["errors"] == 0 and ratio <= 5 else "not met"
+    print(
+        f"load through the gateway: {LOAD_CONNECTIONS[1]} connections p99 {many['p99']:.1f} ms, "
+        f"{int(many['errors'])} errors; {LOAD_CONNECTIONS[0]} connections p99 {few['p99']:.1f} ms; "
+        f"p99 {ratio:.2f}x (aim: 0 errors and p99 <= 5x): {met}"
     )
 
 

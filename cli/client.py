@@ -303,9 +303,11 @@ class AsyncClient:
         body = {"name": name, "password": password, "admin": admin}
         return await self._answer(User, "POST", "users", json=body)
 
-    async def delete_user(self, name: str) -> None:
-        """Delete a user (admin only)."""
-        await self.request("DELETE", f"users/{quote(name, safe='')}")
+    async def delete_user(self, name: str, *, remove_home: bool = False) -> None:
+        """Delete a user (admin only): their tokens, their jobs, and their home, which is
+        archived for an operator unless `remove_home` removes it."""
+        params = {"home": "remove" if remove_home else "archive"}
+        await self.request("DELETE", f"users/{quote(name, safe='')}", params=params)
 
     async def set_quota(self, name: str, **quota: str | int | None) -> User:
         """Replace a user's quota (admin only): `cpu`, `memory`, `storage` as Kubernetes quantities

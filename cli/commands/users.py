@@ -91,8 +91,12 @@ async def create_user(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def delete_user(ctx: Context, args: argparse.Namespace) -> int:
-    await ctx.client().delete_user(args.name)
-    ctx.emit({"deleted": args.name}, lambda: f"Deleted user {args.name}.")
+    await ctx.client().delete_user(args.name, remove_home=args.remove_home)
+    home = "removed" if args.remove_home else "archived on the server"
+    ctx.emit(
+        {"deleted": args.name, "home": "removed" if args.remove_home else "archived"},
+        lambda: f"Deleted user {args.name}: their jobs are stopped and forgotten, their home {home}.",
+    )
     return 0
 
 
@@ -174,11 +178,18 @@ def register(tree: CommandTree) -> None:
     delete = users.command(
         "delete",
         delete_user,
-        help="delete a user",
-        epilog="examples:\n  paddlecloud users delete bob\n",
+        help="delete a user: tokens, jobs and home",
+        description=(
+            "Delete a user so that nothing of theirs stays reachable: their tokens are revoked,\n"
+            "their jobs stopped and removed from history, and their home archived on the server\n"
+            "(out of /pfs, for an operator to restore or drop) or, with --remove-home, removed.\n"
+            "An account created later with the same name starts with no files and no jobs."
+        ),
+        epilog="examples:\n  paddlecloud users delete bob\n  paddlecloud users delete bob --remove-home\n",
         aliases=["rm"],
     )
     delete.add_argument("name", metavar="NAME", help="the user to delete")
+    add_flag(delete, "remove-home", action="store_true", help="remove the home instead of archiving it")
 
     limits = users.command(
         "quota",

@@ -74,10 +74,11 @@ class ServiceClient:
         session: aiohttp.ClientSession | None = None,
         connect_timeout: float = 2.0,
         timeout: float = 30.0,
+        url: str | None = None,
     ) -> None:
         """`session` is used as given and left open; without one the client makes its own,
-        closed by `close()`."""
-        self._url = self.url_of(config).rstrip("/")
+        closed by `close()`. `url` overrides where the config says the service is."""
+        self._url = (url or self.url_of(config)).rstrip("/")
         self._secret = config.internal_secret()
         self._session = session
         self._own_session = session is None
@@ -152,6 +153,25 @@ class PfsClient(ServiceClient):
     async def usage(self, identity: Identity) -> dict[str, Any]:
         """`GET /api/v1/pfs/usage`: the identity's own `{user, bytes, files, limit}`."""
         return await self._call(identity, "GET", "/api/v1/pfs/usage")
+
+    async def retire_home(self, admin: Identity, user: str, *, archive: bool) -> dict[str, Any]:
+        """`DELETE /api/v1/pfs/homes/{user}`: a deleted user's home, archived or removed."""
+        path = f"/api/v1/pfs/homes/{quote(user, safe='')}?archive={int(archive)}"
+        return await self._call(admin, "DELETE", path)
+
+
+class JobsClient(ServiceClient):
+    """The jobs service, for the gateway: what a user's deletion asks of it."""
+
+    name = "jobs"
+
+    @staticmethod
+    def url_of(config: Config) -> str:
+        return config.gateway.jobs_url
+
+    async def forget_user(self, admin: Identity, user: str) -> dict[str, Any]:
+        """`DELETE /api/v1/users/{user}/jobs`: stop every job of the user and forget them all."""
+        return await self._call(admin, "DELETE", f"/api/v1/users/{quote(user, safe='')}/jobs")
 
 
 class BuilderClient(ServiceClient):

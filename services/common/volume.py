@@ -14,6 +14,7 @@ import ctypes
 import errno
 import os
 import re
+import shutil
 import stat
 import unicodedata
 from collections.abc import Iterator
@@ -288,6 +289,22 @@ class Root:
         owner = self.area_owner(path)
         if owner is not None:
             os.chown(name, *owner, dir_fd=parent, follow_symlinks=False)
+
+    def retire_home(self, user: str, *, archive: bool, stamp: str) -> str | None:
+        """Take a deleted user's home out of `home/`: renamed into `archive/<user>.<stamp>`
+        (one rename on the same filesystem), or removed. Where it went, or None if there
+        was no home or it was removed."""
+        check_name(user, f"home {user!r}")
+        home = self.root / "home" / user
+        if not home.is_dir() or home.is_symlink():
+            return None
+        if not archive:
+            shutil.rmtree(home)
+            return None
+        target = self.root / "archive" / f"{user}.{stamp}"
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        os.rename(home, target)
+        return str(target)
 
     @contextmanager
     def area_fd(self, path: PfsPath) -> Iterator[int]:

@@ -115,6 +115,16 @@ class Accounts:
         self._sessions.pop(token_hash, None)
         await self._store.delete_token(token_hash)
 
+    async def get_user(self, name: str) -> User | None:
+        return await self._store.get_user(name)
+
+    async def revoke_user(self, name: str) -> None:
+        """End every session of the user: cached ones here, and their tokens in the store."""
+        for token_hash, (_, session) in list(self._sessions.items()):
+            if session.identity.user == name:
+                del self._sessions[token_hash]
+        await self._store.delete_tokens_of(name)
+
     async def delete_user(self, name: str) -> bool:
         """Remove a user and end their sessions; False if there was no such user."""
         for token_hash, (_, session) in list(self._sessions.items()):

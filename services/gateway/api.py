@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from paddlecloud import __version__
 from paddlecloud.common import errors
+from paddlecloud.common.clients import ServiceError
+from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import CONFIG, IDENTITY, STORE
 from paddlecloud.common.quantity import (
     QuantityError,
@@ -20,11 +22,11 @@ from paddlecloud.common.quantity import (
     parse_cpu_milli,
 )
 from paddlecloud.common.store import AlreadyExists, Quota, User
-from paddlecloud.common.web import json_response, parse_body
+from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
 from .accounts import MIN_PASSWORD_LENGTH, USER_NAME, LoginFailed, Session
-from .keys import ACCOUNTS
+from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT
 from .openapi import openapi_document
 
 log = structlog.get_logger()
@@ -145,9 +147,11 @@ async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse
     return await handler(request)
 
 
-def require_admin(request: web.Request) -> None:
-    if not request[IDENTITY].admin:
+def require_admin(request: web.Request) -> Identity:
+    identity = request[IDENTITY]
+    if not identity.admin:
         raise errors.FORBIDDEN("Only administrators manage users.")
+    return identity
 
 
 async def create_token(request: web.Request) -> web.Response:
@@ -206,12 +210,31 @@ async def create_user(request: web.Request) -> web.Response:
 
 
 async def delete_user(request: web.Request) -> web.Response:
-    require_admin(request)
+    """Delete a user so that nothing of theirs stays reachable: their sessions end, their
+    jobs are stopped and forgotten, their home is archived (`home=archive`, the default)
+    or removed (`home=remove`), and then the account goes. A later account of the same
+    name starts with no files, no jobs and no quota use. Each step is idempotent: if a
+    service cannot be reached the account stays, and the admin deletes again."""
+    admin = require_admin(request)
     name = request.match_info["name"]
-    if name == request[IDENTITY].user:
+    home = request.query.get("home", "archive")
+    if home not in ("archive", "remove"):
+        raise query_problem("home", f"must be archive or remove, not {home[:40]!r}")
+    if name == admin.user:
         raise errors.CONFLICT("You cannot delete yourself; ask another administrator.")
-    if not await request.app[ACCOUNTS].delete_user(name):
+    accounts = request.app[ACCOUNTS]
+    if await accounts.get_user(name) is None:
         raise errors.NOT_FOUND(f"There is no user named {name!r}.")
+    await accounts.revoke_user(name)
+    try:
+        jobs = await request.app[JOBS_CLIENT].forget_user(admin, name)
+        retired = await request.app[PFS_CLIENT].retire_home(admin, name, archive=home == "archive")
+    except ServiceError as exc:
+        raise errors.UPSTREAM_UNAVAILABLE(
+            f"{name!r} is not deleted: {exc.detail or exc.code}. Their sessions are ended; delete again."
+        ) from None
+    await accounts.delete_user(name)
+    log.info("user_deleted_whole", name=name, jobs=jobs.get("jobs_removed"), home=retired.get("archived_to"))
     return web.Response(status=204)
 
 

@@ -10,6 +10,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from paddlecloud.common.clients import JobsClient, PfsClient
 from paddlecloud.common.config import Config
 from paddlecloud.common.store import Store
 from paddlecloud.common.store.models import utcnow
@@ -18,7 +19,7 @@ from paddlecloud.common.web import create_base_app, use_store
 
 from . import api, dashboard
 from .accounts import Accounts
-from .keys import ACCOUNTS, UPSTREAM_SESSION
+from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT, UPSTREAM_SESSION
 from .proxy import Upstream
 
 log = structlog.get_logger()
@@ -71,6 +72,9 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             )
             stack.push_async_callback(session.close)
             app[UPSTREAM_SESSION] = session
+            gw = config.gateway
+            app[JOBS_CLIENT] = JobsClient(config, session=session, url=gw.jobs_url, timeout=120.0)
+            app[PFS_CLIENT] = PfsClient(config, session=session, url=gw.pfs_url, timeout=120.0)
 
             async def purge_tokens() -> None:
                 purged = await store.purge_expired_tokens(utcnow())

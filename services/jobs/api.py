@@ -8,6 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 from pydantic import ValidationError
 
+from paddlecloud.common import errors
 from paddlecloud.common.keys import IDENTITY
 from paddlecloud.common.logstream import stream_lines
 from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES
@@ -38,6 +39,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{name}/events", get_events)
     app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
     app.router.add_get("/api/v1/quota", get_quota)
+    # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
+    app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -99,6 +102,14 @@ async def kill_job(request: web.Request) -> web.Response:
     if job is None:
         return web.Response(status=204)
     return json_response(job_view(job))
+
+
+async def forget_user(request: web.Request) -> web.Response:
+    identity = request[IDENTITY]
+    if not identity.admin:
+        raise errors.FORBIDDEN("only an administrator may remove a user's jobs")
+    removed = await request.app[MANAGER].forget_user(identity, request.match_info["name"])
+    return json_response({"user": request.match_info["name"], "jobs_removed": removed})
 
 
 async def get_quota(request: web.Request) -> web.Response:

@@ -501,7 +501,7 @@ class JobManager:
                 log.warning("stored_spec_invalid", job=job.name, owner=owner)
         return total
 
-    async def _all_jobs(self, owner: str | None, states: Collection[str]) -> AsyncIterator[Job]:
+    async def _all_jobs(self, owner: str | None, states: Collection[str] | None) -> AsyncIterator[Job]:
         cursor = None
         while True:
             page, cursor = await self._store.list_jobs(owner, states=states, limit=500, cursor=cursor)
@@ -667,6 +667,19 @@ class JobManager:
             await self._store.delete_job(job.id)
             return None
         return await self._store.get_job_by_id(job.id)
+
+    async def forget_user(self, admin: Identity, user: str) -> int:
+        """Stop every job of a user being deleted and remove them all from history, so
+        that an account made later with the same name inherits none of them. How many."""
+        jobs = [job async for job in self._all_jobs(user, None)]
+        for job in jobs:
+            if job.state in ACTIVE_STATES:
+                await self.kill(Identity(user), job.name, remove=False)
+            current = await self._store.get_job_by_id(job.id) or job
+            await self._backend.remove(current)
+            await self._store.delete_job(job.id)
+        log.info("user_jobs_forgotten", user=user, jobs=len(jobs), by=admin.user)
+        return len(jobs)
 
     # -- reconcile -------------------------------------------------------------------
 

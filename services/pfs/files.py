@@ -43,6 +43,7 @@ from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
 
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
 from .keys import DATACENTER, ROOT, USAGE
+from .uploads import UPLOADS
 
 log = structlog.get_logger()
 
@@ -73,6 +74,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post(f"{PREFIX}/mkdir", make_dir)
     r.add_post(f"{PREFIX}/mv", move)
     r.add_get(f"{PREFIX}/usage", usage)
+    r.add_delete(f"{PREFIX}/homes/{{name}}", retire_home)
 
 
 # Parsing --------------------------------------------------------------------------
@@ -720,6 +722,23 @@ def _forget_usage(request: web.Request, path: PfsPath) -> None:
 
 
 # Usage ----------------------------------------------------------------------------
+
+
+async def retire_home(request: web.Request) -> web.Response:
+    """DELETE homes/{name}: a deleted user's home, archived (`archive=1`, the default) or
+    removed, and their unfinished uploads ended. Admins only (the gateway, deleting a user)."""
+    identity = request[IDENTITY]
+    if not identity.admin:
+        raise errors.FORBIDDEN("only an administrator may retire a home")
+    name = request.match_info["name"]
+    check_name(name, f"user {name[:100]!r}")
+    archive = _flag(_query(request, (), ("archive",)), "archive") if "archive" in request.query else True
+    uploads = await request.app[UPLOADS].forget_user(name)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    where = await asyncio.to_thread(request.app[ROOT].retire_home, name, archive=archive, stamp=stamp)
+    request.app[USAGE].forget(name)
+    log.info("home_retired", user=name, archived_to=where, uploads_ended=uploads)
+    return json_response({"user": name, "archived_to": where, "uploads_ended": uploads})
 
 
 async def usage(request: web.Request) -> web.Response:

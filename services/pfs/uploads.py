@@ -781,6 +781,15 @@ class Uploads:
         await _blocking(self.staging.remove, record.id, record=True)
         log.info("upload_terminated", upload=record.id, state=record.state)
 
+    async def forget_user(self, user: str) -> int:
+        """Terminate every upload a deleted user started (so none lands in a later home of
+        the same name); how many."""
+        mine = [r for r in self._records.values() if r.owner == user]
+        for record in mine:
+            async with self.hold(record.id):
+                await self.terminate(record)
+        return len(mine)
+
     async def collect(self, now: float | None = None) -> int:
         """Expire abandoned uploads and forget old records; returns how many were touched.
 

@@ -96,7 +96,13 @@ async def start_jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, *
     sections["pfs"]["url"] = str(pfs.make_url(""))
     server = await aiohttp_server(create_jobs(make_config(tmp_path, **sections)))
     config = make_config(
-        tmp_path, **sections, gateway={"jobs_url": str(server.make_url("")), "admin_password": None}
+        tmp_path,
+        **sections,
+        gateway={
+            "jobs_url": str(server.make_url("")),
+            "pfs_url": str(pfs.make_url("")),
+            "admin_password": None,
+        },
     )
     client = await aiohttp_client(create_gateway(config))
     store = client.app[STORE]

@@ -704,3 +704,14 @@ async def test_a_lease_has_one_holder_until_released_or_expired(store: Store) ->
 async def test_concurrent_lease_takers_only_one_wins(store: Store) -> None:
     results = await asyncio.gather(*(store.acquire_lease("race", f"holder-{i}", 30) for i in range(8)))
     assert results.count(True) == 1
+
+
+async def test_revoking_every_token_of_a_user_leaves_others(store: Store) -> None:
+    for name in ("gone", "stays"):
+        await store.create_user(User(name, "!x"))
+    later = datetime.now(UTC) + timedelta(hours=1)
+    for i, user in enumerate(("gone", "gone", "stays")):
+        await store.add_token(Token(f"hash-{i}", user, expires_at=later))
+    assert await store.delete_tokens_of("gone") == 2
+    assert await store.get_token("hash-0") is None and await store.get_token("hash-1") is None
+    assert await store.get_token("hash-2") is not None

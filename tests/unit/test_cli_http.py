@@ -639,7 +639,9 @@ def test_creating_a_user_with_a_password_from_stdin(cli: Cli, gateway: FakeGatew
 
 
 def test_deleting_a_user(cli: Cli, gateway: FakeGateway) -> None:
-    assert cli("users", "delete", "alice").out == "Deleted user alice.\n"
+    assert cli("users", "delete", "alice").out == (
+        "Deleted user alice: their jobs are stopped and forgotten, their home archived on the server.\n"
+    )
     assert "alice" not in gateway.users
     missing = cli("users", "delete", "alice")
     assert missing.code == EXIT_FAILURE

@@ -78,6 +78,10 @@ class Store(abc.ABC):
     async def delete_token(self, token_hash: str) -> bool: ...
 
     @abc.abstractmethod
+    async def delete_tokens_of(self, user: str) -> int:
+        """Revoke every token of `user`; how many there were."""
+
+    @abc.abstractmethod
     async def purge_expired_tokens(self, now: datetime) -> int:
         """Delete tokens that expired before `now`; how many went."""
 

@@ -204,6 +204,11 @@ class MongoStore(Store):
             doc = await self._collection("tokens").find_one({"token_hash": token_hash}, _NO_ID)
         return _token(doc) if doc else None
 
+    async def delete_tokens_of(self, user: str) -> int:
+        with _errors(f"tokens of {user}"):
+            result = await self._collection("tokens").delete_many({"user": user})
+        return int(result.deleted_count)
+
     async def delete_token(self, token_hash: str) -> bool:
         with _errors():
             result = await self._collection("tokens").delete_one({"token_hash": token_hash})

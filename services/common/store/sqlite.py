@@ -303,6 +303,9 @@ class SQLiteStore(Store):
         rows = await self._query(f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE token_hash = ?", (token_hash,))
         return _token(rows[0]) if rows else None
 
+    async def delete_tokens_of(self, user: str) -> int:
+        return await self._write("DELETE FROM tokens WHERE user = ?", (user,), what=f"tokens of {user}")
+
     async def delete_token(self, token_hash: str) -> bool:
         return await self._write("DELETE FROM tokens WHERE token_hash = ?", (token_hash,)) > 0
 
