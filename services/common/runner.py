@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import structlog
-from aiohttp import web
+from aiohttp import web, web_protocol, web_server
+from aiohttp.web_request import BaseRequest
 
+from . import errors
 from .config import Config, ConfigError, load_config
 from .logging import configure_logging
 
@@ -45,6 +47,8 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
+    assert runner.server is not None
+    runner.server.__class__ = _ProblemServer  # see _ProblemHandler
     try:
         site: web.BaseSite
         if sock is not None:
@@ -62,6 +66,40 @@ async def serve(
         log.info("service_stopping")
     finally:
         await runner.cleanup()
+
+
+class _ProblemHandler(web_protocol.RequestHandler):
+    """aiohttp answers a request it cannot even parse (a header over 8190 bytes, broken
+    HTTP) itself, before any middleware, in plain text that echoes the offending bytes.
+    This answers the same statuses as problem+json without echoing anything."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500 or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        kind = errors.HTTP_STATUS_KINDS.get(status, errors.BAD_REQUEST)
+        detail = (
+            "The request could not be read: a header or the request line is too long "
+            "(at most 8190 bytes each), or it is not well-formed HTTP."
+        )
+        body = errors.problem_body(kind.code, status, kind.title, detail, None)
+        response = web.Response(
+            status=status, body=json.dumps(body).encode(), content_type=errors.PROBLEM_CONTENT_TYPE
+        )
+        response.force_close()
+        return response
+
+
+class _ProblemServer(web_server.Server):
+    """aiohttp's server, making its connections' handlers `_ProblemHandler`s."""
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _ProblemHandler(self, loop=self._loop, **self._kwargs)
 
 
 def die_with_parent(parent_pid: int) -> None:

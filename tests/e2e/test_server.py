@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -168,3 +169,20 @@ def test_a_jobs_processes_hold_none_of_the_platforms_sockets(server_factory: Any
     assert listening and not (held & listening), (held, listening)
     assert jobs.is_running()
     server.cli("kill", "sleeper")
+
+
+def test_a_request_too_large_to_parse_gets_a_problem_that_echoes_nothing(server_factory: Any) -> None:
+    server = server_factory()
+    host, port = server.endpoint.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        big = "a" * 9000
+        sock.sendall(f"GET /api/v1/version HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") or head.startswith(b"HTTP/1.0 400"), head
+    assert b"application/problem+json" in head, head
+    problem = json.loads(body)
+    assert problem["code"] == "ERR_BAD_REQUEST" and "8190" in problem["detail"]
+    assert b"aaaa" not in body
