@@ -64,7 +64,8 @@ def test_document_lists_exactly_the_pfs_services_routes(tmp_path) -> None:
             routes |= {(m, path) for m in methods}
         elif route.method.lower() in METHODS:
             routes.add((route.method.lower(), path))
-    routes -= {("head", path) for method, path in routes if method == "get"}
+    # aiohttp answers HEAD for every GET; the document lists it where it means something
+    # of its own (a download's headers), so a HEAD listed must be one that is served.
     documented = {
         (method, path)
         for path, item in openapi_document()["paths"].items()
@@ -72,7 +73,8 @@ def test_document_lists_exactly_the_pfs_services_routes(tmp_path) -> None:
         for method in item
         if method in METHODS
     }
-    assert routes == documented
+    assert documented <= routes
+    assert routes - documented == {("head", p) for m, p in routes if m == "get"} - documented
 
 
 def test_document_lists_exactly_the_jobs_services_routes(tmp_path) -> None:
