@@ -31,7 +31,7 @@ from paddlecloud.common.keys import IDENTITY, REQUEST_ID, STORE
 from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
 
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .keys import DATACENTER, ROOT, USAGE
+from .keys import DATACENTER, QUOTAS, ROOT, USAGE
 from .paths import (
     PATH_FORBIDDEN,
     PATH_NOT_FOUND,
@@ -733,6 +733,8 @@ async def usage(request: web.Request) -> web.Response:
     record = await request.app[STORE].get_user(user)
     if record is None and user != identity.user:
         raise errors.NOT_FOUND(f"there is no user {user!r}")
-    measured = await request.app[USAGE].of(user)
     limit = record.quota.storage_bytes if record is not None else None
+    if record is not None:
+        await request.app[QUOTAS].sync(user, limit)  # CephFS: the home carries the quota too
+    measured = await request.app[USAGE].of(user)
     return json_response({"user": user, "bytes": measured.bytes, "files": measured.files, "limit": limit})
