@@ -247,6 +247,10 @@ class CephQuotas:
         finally:
             os.close(fd)
 
+    def crosses_realms(self, src_owner: str | None, dst_owner: str | None) -> bool:
+        """Whether a move between these homes (None: public) leaves or enters a quota realm."""
+        return src_owner != dst_owner and (self.has_quota(src_owner) or self.has_quota(dst_owner))
+
     def _apply(self, user: str, limit: int | None) -> bool:
         check_name(user, f"home {user!r}")
         try:

@@ -663,6 +663,10 @@ async def move(request: web.Request) -> web.Response:
     if same_area and len(dst.parts) > len(src.parts) and dst.parts[: len(src.parts)] == src.parts:
         raise errors.BAD_REQUEST(f"{src} cannot be moved into itself ({dst})")
     root = request.app[ROOT]
+    if request.app[QUOTAS].crosses_realms(src.owner, dst.owner):
+        # ceph-fuse refuses such renames, and the hard link rename_noreplace falls back on
+        # would slip the file past the destination's quota (docs/storage.md).
+        raise errors.CONFLICT(f"{src} → {dst}: crosses a storage quota boundary; copy, then remove")
     _prepare_write(root, dst)
     try:
         entry = await asyncio.to_thread(_move, root, src, dst, body.overwrite)

@@ -240,3 +240,31 @@ async def test_a_crash_after_a_copy_into_a_quota_realm_is_finished_by_the_next_h
     assert placed.read_bytes() == b"abcde"
     assert not part.exists()
     assert sorted(os.listdir(platform.home("alice"))) == ["copied.bin", "first.bin"]
+
+
+async def test_an_admins_mv_out_of_or_into_a_quota_realm_is_409(platform: Platform) -> None:
+    admin = await platform.user("root", admin=True)
+    alice = await platform.user("alice", storage=8 * MIB)
+    bob = await platform.user("bob")
+    for who, user in ((alice, "alice"), (bob, "bob")):
+        url = await platform.new_upload(who, f"/pfs/dc1/home/{user}/mine.bin", 3)
+        assert (await platform.patch(who, url, 0, user[:3].encode())).status == 204
+    assert quota_xattr(platform.home("alice")) == 8 * MIB
+    for src, dst in (("alice", "bob"), ("bob", "alice")):
+        resp = await platform.client.post(
+            "/api/v1/pfs/mv",
+            json={"src": f"/pfs/dc1/home/{src}/mine.bin", "dst": f"/pfs/dc1/home/{dst}/moved.bin"},
+            headers=admin,
+        )
+        assert resp.status == 409, await resp.text()
+        assert "quota" in (await resp.json())["detail"]
+    assert sorted(os.listdir(platform.home("alice"))) == ["mine.bin"]
+    assert sorted(os.listdir(platform.home("bob"))) == ["mine.bin"]
+    # Within one home, a move is the rename it always was.
+    resp = await platform.client.post(
+        "/api/v1/pfs/mv",
+        json={"src": "/pfs/dc1/home/alice/mine.bin", "dst": "/pfs/dc1/home/alice/renamed.bin"},
+        headers=alice,
+    )
+    assert resp.status == 200, await resp.text()
+    assert (platform.home("alice") / "renamed.bin").read_bytes() == b"ali"
