@@ -42,19 +42,22 @@ down() {
 			fusermount -u "$m" 2>/dev/null || umount -l "$m" || true
 		fi
 	done
-	# Clients first, then the daemons in reverse order of their start; each by the pid it
-	# wrote itself. The OSD keeps its objects in RAM, so there is nothing to wait for.
-	local pidfile
+	# Every process by the pid it wrote itself: clients, then the daemons all at once (the
+	# cluster is thrown away, and the OSD keeps its objects in RAM: nothing to flush).
+	local pidfile pids=()
 	for pidfile in "$dir"/run/client*.pid "$dir"/run/{mds.a,osd.0,mgr.x,mon.a}.pid; do
 		[ -f "$pidfile" ] || continue
 		local pid
 		pid=$(cat "$pidfile")
 		if kill -0 "$pid" 2>/dev/null; then
 			kill "$pid" 2>/dev/null || true
-			local deadline=$((SECONDS + 5))
-			while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-			kill -9 "$pid" 2>/dev/null || true
+			pids+=("$pid")
 		fi
+	done
+	local deadline=$((SECONDS + 5))
+	for pid in "${pids[@]}"; do
+		while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+		kill -9 "$pid" 2>/dev/null || true
 	done
 	rm -rf "$dir"
 }
