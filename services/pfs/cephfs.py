@@ -260,6 +260,11 @@ class CephQuotas:
         try:
             before = quota_of(fd)
             set_quota(fd, limit)
+        except PermissionError as exc:
+            # A client without the `p` MDS capability may not set quotas. Uploads go on with
+            # pfs's own accounting; this is said once per change, not on every request.
+            log.warning("pfs_ceph_quota_refused", user=user, limit=limit, error=exc.strerror)
+            return True
         finally:
             os.close(fd)
         if before != limit:
