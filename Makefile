@@ -25,7 +25,7 @@ $(DEV): $(STAMP)
 	@touch $@
 
 # Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md); Ceph
-# runs a throwaway CephFS for the tests marked cephfs (docs/storage.md, tests/cephfs.py).
+# runs a throwaway CephFS for the tests marked cephfs (docs/storage.md, tests/ceph_cluster.py).
 # Installed where this runs as root with apt; elsewhere the tests that need them say so.
 CEPH_DEBS := ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse
 system-deps:

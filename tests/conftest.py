@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 # The session's Ceph cluster, for the tests marked cephfs wherever they live.
-from cephfs import ceph_cluster, cephfs_tmp_path, other_client  # noqa: F401
+from ceph_cluster import ceph_cluster, cephfs_tmp_path, other_client  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

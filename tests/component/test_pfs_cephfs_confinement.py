@@ -3,7 +3,7 @@
 openat2(RESOLVE_BENEATH) and the O_NOFOLLOW walk both resolve through FUSE here, each
 symlink planted in a home being refused as on a local disk; a pfs killed with SIGKILL
 resumes to the same sha256 from what CephFS kept. Taken whole from the local-disk suites,
-with their state on the session's CephFS mount (tests/cephfs.py).
+with their state on the session's CephFS mount (tests/ceph_cluster.py).
 """
 
 from __future__ import annotations
