@@ -217,22 +217,31 @@ class CephQuotas:
         self._wanted[user] = limit
         await self.settle(user)
 
-    async def settle(self, user: str) -> None:
-        """After a write that may have created `user`'s home: give it the quota last seen."""
+    async def settle(self, user: str, *, check: bool = False) -> None:
+        """After a write that may have created `user`'s home: give it the quota last seen.
+
+        With `check`, the home's xattr is read again even if pfs set that quota already.
+        """
         if user not in self._wanted:
             return
         limit = self._wanted[user]
-        if user in self._applied and self._applied[user] == limit:
+        if not check and user in self._applied and self._applied[user] == limit:
             return
         if await asyncio.to_thread(self._apply, user, limit):
             self._applied[user] = limit
 
     async def sync_all(self, store: Store) -> None:
-        """Every user's quota onto their home: the periodic pass that catches what no request did."""
+        """Every user's quota onto their home: the periodic pass that catches what no request did.
+
+        It reads each home's xattr again rather than trusting what it applied: a process that
+        owns a home, on a mount whose client has the `p` capability, can change the quota
+        itself (a job on the local backend can), and is put right here (docs/storage.md).
+        """
         if not self.enabled:
             return
         for user in await store.list_users():
-            await self.sync(user.name, user.quota.storage_bytes)
+            self._wanted[user.name] = user.quota.storage_bytes
+            await self.settle(user.name, check=True)
 
     def has_quota(self, user: str | None) -> bool:
         """Whether `user`'s home is a quota realm of its own (what is in it, not what pfs wants)."""
@@ -268,5 +277,8 @@ class CephQuotas:
         finally:
             os.close(fd)
         if before != limit:
-            log.info("pfs_ceph_quota_set", user=user, limit=limit, before=before)
+            # Not what pfs set last: somebody else changed the xattr.
+            changed = user in self._applied and self._applied[user] != before
+            report = log.warning if changed else log.info
+            report("pfs_ceph_quota_set", user=user, limit=limit, before=before, changed_by_others=changed)
         return True

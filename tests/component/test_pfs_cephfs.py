@@ -120,6 +120,11 @@ async def test_the_periodic_pass_gives_quotas_to_homes_no_request_touched(platfo
     quotas = platform.pfs_server[0].app[QUOTAS]
     await quotas.sync_all(platform.store)
     assert quota_xattr(platform.home("carol")) == 4 * MIB
+    # Whoever owns a home can lift its quota through a mount whose client may set quotas
+    # (a job on the local backend can): the next pass puts it back.
+    os.setxattr(platform.home("carol"), cephfs.QUOTA_MAX_BYTES, b"0")
+    await quotas.sync_all(platform.store)
+    assert quota_xattr(platform.home("carol")) == 4 * MIB
 
 
 async def test_usage_reads_recursive_statistics_without_walking(
