@@ -46,9 +46,9 @@ down() {
 	# cluster is thrown away, and the OSD keeps its objects in RAM: nothing to flush).
 	local pidfile pids=()
 	for pidfile in "$dir"/run/client*.pid "$dir"/run/{mds.a,osd.0,mgr.x,mon.a}.pid; do
-		[ -f "$pidfile" ] || continue
 		local pid
-		pid=$(cat "$pidfile")
+		# A ceph-fuse just unmounted removes its own pid file as it exits.
+		pid=$(cat "$pidfile" 2>/dev/null) || continue
 		if kill -0 "$pid" 2>/dev/null; then
 			kill "$pid" 2>/dev/null || true
 			pids+=("$pid")
