@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean
+.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -26,19 +26,25 @@ $(DEV): $(STAMP)
 
 # Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md);
 # chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright;
-# iproute2's ss reads the services' listen backlogs.
+# iproute2's ss reads the services' listen backlogs; Ceph runs a throwaway CephFS for
+# the tests marked cephfs (docs/storage.md, tests/ceph_cluster.py).
 # Installed where this runs as root with apt; elsewhere the tests that need them say so.
+CEPH_DEBS := ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse
 system-deps:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v ss >/dev/null || missing="$$missing iproute2"; \
+	for tool in ceph-mon ceph-mgr ceph-osd ceph-mds ceph ceph-fuse; do \
+		command -v $$tool >/dev/null || { missing="$$missing $(CEPH_DEBS)"; break; }; \
+	done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing"; \
 			(apt-get install -y -qq $$missing >/dev/null 2>&1 || \
-			 { apt-get update -qq && apt-get install -y -qq $$missing; }) >/dev/null; \
+			 { apt-get update -qq && apt-get install -y -qq $$missing; }) >/dev/null || \
+			 echo "could not install$$missing (the tests that need them are skipped, saying why)"; \
 		else echo "not installed:$$missing (without bubblewrap jobs and builds run unsandboxed;" \
-			"the tests that need what is missing are skipped)"; fi; \
+			"the tests that need what is missing are skipped, saying why)"; fi; \
 	fi
 
 demo: install
@@ -63,6 +69,15 @@ screenshots: install-dev system-deps
 bench: install-dev
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
+
+# A single-node Ceph cluster with CephFS mounted by ceph-fuse at $(CEPH_DIR)/mnt, for trying
+# pfs on it by hand (pfs.root: $(CEPH_DIR)/mnt/pfs); the tests start their own.
+CEPH_DIR ?= /tmp/paddlecloud-ceph
+ceph-up: system-deps
+	scripts/ceph-cluster.sh up $(CEPH_DIR)
+
+ceph-down:
+	scripts/ceph-cluster.sh down $(CEPH_DIR)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -22,6 +22,13 @@ machine's virtual disk the first read of freshly written bytes runs at a quarter
 of later reads, even from an evicted page cache (the host caches them): `warm` reads the
 stored file once beforehand, so that neither row pays for it and both start where the
 source-reading rows start.
+
+The CephFS rows (where a Ceph cluster can run here: scripts/ceph-cluster.sh) run a second
+server whose PFS root is on a ceph-fuse mount of a throwaway single-node cluster (one OSD on
+memstore, so RAM rather than the disk), and pair the CLI's upload there with a bare `cp`
+onto the same mount plus its fsync, in the same round: first into a home without a quota
+(renamed into place), then, the admin given a storage quota, into a home that is a quota
+realm of its own (copied into place: docs/storage.md).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from paddlecloud.pfs import cephfs
 from paddlecloud.transfer import CHUNK_SIZE
 
 SIZE = 2**30
@@ -372,6 +380,96 @@ def main() -> None:
         print(line)
     print(f"CLI start-up (paddlecloud --help), part of every CLI row: {startup:.2f} s")
     print("aim: upload >= 0.60x of its ceiling; download >= 0.70x of the same CLI from a bare FileResponse")
+    cephfs_rows(cli, width)
+
+
+def cephfs_rows(cli: list[str], width: int) -> None:
+    """The CephFS rows: 1 GiB with the CLI onto a PFS root on ceph-fuse, against `cp` onto the mount."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "ceph-cluster.sh"
+    cluster = Path(tempfile.mkdtemp(prefix="pc-ceph-bench-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
+    # Deleted objects are purged in the background: room for a few rounds' GiBs at once.
+    started = subprocess.run(
+        [str(script), "up", str(cluster)],
+        env={**env, "CEPH_MEMSTORE_BYTES": str(8 * SIZE)},
+        capture_output=True,
+        text=True,
+    )
+    if started.returncode != 0:
+        print(f"CephFS rows skipped: the cluster did not start: {started.stderr.strip()[-300:]}")
+        subprocess.run([str(script), "down", str(cluster)], check=False)
+        return
+    mount = cluster / "mnt"
+    cp = Row("cp + fsync onto ceph-fuse (memstore OSD)")
+    up = Row("upload: CLI -> gateway -> pfs, root on ceph-fuse", baseline=cp)
+    cp_again = Row("  cp + fsync, in the rounds below")
+    realm = Row("  upload into a home with a Ceph quota (copied)", baseline=cp_again)
+    try:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("PADDLECLOUD_BENCH_DIR")) as tmp:
+            work = Path(tmp)
+            source = work / "source.bin"
+            expected = make_source(source)
+            env["HOME"] = str(work / "home")
+            settings = work / "server.yaml"
+            settings.write_text(yaml.safe_dump({"pfs": {"root": str(mount / "pfs")}}))
+            server = subprocess.Popen(
+                [
+                    *cli,
+                    "server",
+                    "--data-dir",
+                    str(work / "data"),
+                    "--port",
+                    "0",
+                    "--server-config",
+                    str(settings),
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            try:
+                assert server.stdout is not None
+                for line in server.stdout:
+                    if line.startswith("Press Ctrl-C"):
+                        break
+                subprocess.run([*cli, "login"], env=env, check=True, stdout=subprocess.DEVNULL)
+                for baseline, row in ((cp, up), (cp_again, realm)):
+                    if row is realm:
+                        quota = [*cli, "users", "quota", "admin", "-storage", "100Gi"]
+                        subprocess.run(quota, env=env, check=True, stdout=subprocess.DEVNULL)
+                    for round_ in range(ROUNDS):
+                        copy = mount / f"cp-copy-{round_}"
+                        settle()
+                        drop_caches_for(source)
+                        baseline.seconds.append(
+                            timed(["sh", "-c", f"cp {source} {copy} && sync {copy}"], env)
+                        )
+                        copy.unlink()
+                        remote = f"/pfs/datacenter1/home/admin/bench-{round_}.bin"
+                        settle()
+                        drop_caches_for(source)
+                        row.seconds.append(timed([*cli, "cp", "-q", str(source), remote], env))
+                        stored = mount / "pfs" / "home" / "admin" / f"bench-{round_}.bin"
+                        assert sha256_of(stored) == expected, "uploaded bytes differ"
+                        subprocess.run([*cli, "rm", remote], env=env, check=True, stdout=subprocess.DEVNULL)
+                home = os.open(mount / "pfs" / "home" / "admin", os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    assert cephfs.quota_of(home) == 100 * SIZE, "the quota row ran without a Ceph quota"
+                finally:
+                    os.close(home)
+            finally:
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=60)
+    finally:
+        subprocess.run([str(script), "down", str(cluster)], check=False)
+    print(f"CephFS: single-node cluster, ceph-fuse, {ROUNDS} rounds; the source on the local disk")
+    for row in (cp, up, cp_again, realm):
+        line = f"{row.name:{width}}{row.rate():>8.0f}"
+        if row.baseline is not None:
+            ratios = row.ratios()
+            line += f"{statistics.median(ratios):>8.2f}x  {min(ratios):.2f}-{max(ratios):.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

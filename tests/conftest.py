@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+# The session's Ceph cluster, for the tests marked cephfs wherever they live.
+from ceph_cluster import ceph_cluster, cephfs_tmp_path, other_client  # noqa: F401
+
 
 @pytest.fixture(autouse=True)
 async def no_leaked_tasks() -> AsyncIterator[None]:

@@ -8,14 +8,18 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.keys import READINESS_CHECKS
+from paddlecloud.common.keys import READINESS_CHECKS, STORE
 from paddlecloud.common.store import Store
+from paddlecloud.common.tasks import background, run_periodically
 from paddlecloud.common.volume import open_volume
 from paddlecloud.common.web import create_base_app, use_store
 
 from . import files, uploads
-from .keys import DATACENTER, ROOT, USAGE
+from .cephfs import QUOTA_SYNC_SECONDS, CephQuotas
+from .keys import DATACENTER, QUOTAS, ROOT, USAGE
 from .usage import Usage
+
+QUOTA_TASK = "pfs-ceph-quotas"
 
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
@@ -37,6 +41,7 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
         root = open_volume(config)
         app[ROOT] = root
         app[USAGE] = Usage(root)
+        quotas = app[QUOTAS] = CephQuotas(root.root)
 
         async def root_writable() -> None:
             if not os.access(root.root, os.W_OK | os.X_OK):
@@ -45,6 +50,15 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
         app[READINESS_CHECKS].append(root_writable)
         # The store holds users' storage quotas.
         async with use_store(app, config, given_store):
-            yield
+            if not quotas.enabled:
+                yield
+                return
+
+            async def sync_quotas() -> None:
+                await quotas.sync_all(app[STORE])
+
+            # On CephFS, homes carry their users' storage quotas (cephfs.py).
+            async with background(QUOTA_TASK, run_periodically(QUOTA_TASK, sync_quotas, QUOTA_SYNC_SECONDS)):
+                yield
 
     return ctx

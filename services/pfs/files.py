@@ -42,7 +42,7 @@ from paddlecloud.common.volume import (
 from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
 
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .keys import DATACENTER, ROOT, USAGE
+from .keys import DATACENTER, QUOTAS, ROOT, USAGE
 from .uploads import UPLOADS
 
 log = structlog.get_logger()
@@ -665,6 +665,10 @@ async def move(request: web.Request) -> web.Response:
     if same_area and len(dst.parts) > len(src.parts) and dst.parts[: len(src.parts)] == src.parts:
         raise errors.BAD_REQUEST(f"{src} cannot be moved into itself ({dst})")
     root = request.app[ROOT]
+    if request.app[QUOTAS].crosses_realms(src.owner, dst.owner):
+        # ceph-fuse refuses such renames, and the hard link rename_noreplace falls back on
+        # would slip the file past the destination's quota (docs/storage.md).
+        raise errors.CONFLICT(f"{src} → {dst}: crosses a storage quota boundary; copy, then remove")
     _prepare_write(root, dst)
     try:
         entry = await asyncio.to_thread(_move, root, src, dst, body.overwrite)
@@ -752,6 +756,8 @@ async def usage(request: web.Request) -> web.Response:
     record = await request.app[STORE].get_user(user)
     if record is None and user != identity.user:
         raise errors.NOT_FOUND(f"there is no user {user!r}")
-    measured = await request.app[USAGE].of(user)
     limit = record.quota.storage_bytes if record is not None else None
+    if record is not None:
+        await request.app[QUOTAS].sync(user, limit)  # CephFS: the home carries the quota too
+    measured = await request.app[USAGE].of(user)
     return json_response({"user": user, "bytes": measured.bytes, "files": measured.files, "limit": limit})

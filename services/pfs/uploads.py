@@ -40,9 +40,9 @@ from paddlecloud.common.store import Store
 from paddlecloud.common.tasks import background, run_periodically
 from paddlecloud.common.volume import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
 
-from . import tus
+from . import cephfs, tus
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .keys import DATACENTER, ROOT, USAGE
+from .keys import DATACENTER, QUOTAS, ROOT, USAGE
 from .staging import (
     ChunkWriter,
     Record,
@@ -234,6 +234,7 @@ class Uploads:
         max_size: int,
         expiry_seconds: float,
         read_timeout: float,
+        quotas: cephfs.CephQuotas | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
@@ -244,6 +245,7 @@ class Uploads:
         self.expiry_seconds = expiry_seconds
         self.read_timeout = read_timeout
         self.clock = clock
+        self.quotas = quotas
         self.staging = Staging(root.root / ".uploads")
         self._records: dict[str, Record] = {}
         self._slots: dict[str, _Slot] = {}
@@ -387,6 +389,8 @@ class Uploads:
     async def _check_quota(self, user: str, requested: int, *, exclude: str | None) -> None:
         account = await self.store.get_user(user)
         limit = account.quota.storage_bytes if account is not None else None
+        if self.quotas is not None and account is not None:
+            await self.quotas.sync(user, limit)  # CephFS: the home enforces it for jobs too
         if limit is None:
             return
         used = (await self.usage.of(user)).bytes
@@ -703,10 +707,32 @@ class Uploads:
                     # Before the rename: it keeps the xattr and the mtime the xattr names.
                     remember_sha256(fd, digest)
                     os.fsync(fd)
-                if record.overwrite:
-                    os.rename(part, dest.name, src_dir_fd=self.staging.dir_fd, dst_dir_fd=dir_fd)
-                else:
-                    rename_noreplace(self.staging.dir_fd, part, dir_fd, dest.name)
+                # CephFS: a home with a quota is a realm of its own. ceph-fuse refuses a
+                # rename into it (EXDEV), and the hard link rename_noreplace falls back on
+                # (FUSE takes no RENAME_NOREPLACE) would slip past the quota: copy instead.
+                by_copy = self.quotas is not None and self.quotas.has_quota(dest.owner)
+                try:
+                    if by_copy:
+                        pass  # straight to the copy below
+                    elif record.overwrite:
+                        os.rename(part, dest.name, src_dir_fd=self.staging.dir_fd, dst_dir_fd=dir_fd)
+                    else:
+                        rename_noreplace(self.staging.dir_fd, part, dir_fd, dest.name)
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    by_copy = True  # another filesystem or realm, wherever that happens
+                if by_copy:
+                    cephfs.place_by_copy(
+                        self.staging.dir_fd,
+                        part,
+                        dir_fd,
+                        dest.name,
+                        marker=record.id,
+                        digest=digest,
+                        overwrite=record.overwrite,
+                        owner=owner,
+                    )
                 os.fsync(dir_fd)
         except FileExistsError:
             raise errors.ALREADY_EXISTS(
@@ -717,6 +743,8 @@ class Uploads:
                 f"{dest}: a directory is where the file should go, or a file is in the way."
             ) from None
         except OSError as exc:
+            if exc.errno == errno.EDQUOT:
+                raise cephfs.over_quota(self.root.area_dir(dest), record.length or 0, str(dest)) from exc
             raise problem_for(exc, dest) from exc
 
     def _make_parents(self, dest: PfsPath) -> None:
@@ -736,7 +764,8 @@ class Uploads:
             try:
                 with opened(self.root.open(dest, os.O_RDONLY | os.O_NOFOLLOW)) as fd:
                     st = os.fstat(fd)
-                    if (st.st_ino, st.st_size) != (record.inode, record.length):
+                    ours = st.st_ino == record.inode or cephfs.placed_by(fd) == record.id
+                    if not ours or st.st_size != record.length:
                         return None
                     digest = remembered_sha256(fd) or hash_fd(fd)
                 with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
@@ -760,6 +789,8 @@ class Uploads:
         self._hashers.pop(record.id, None)
         if record.charged_to is not None:
             self.usage.forget(record.charged_to)
+            if self.quotas is not None:
+                await self.quotas.settle(record.charged_to)  # the home may be new
         log.info("upload_completed", upload=record.id, dest=record.path, size=record.length)
         return record
 
@@ -1039,6 +1070,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         max_size=config.max_upload_size,
         expiry_seconds=config.upload_expiry_seconds,
         read_timeout=config.upload_read_timeout,
+        quotas=app[QUOTAS],
     )
     try:
         await uploads.load()

@@ -1,4 +1,4 @@
-"""Storage used per home, for quotas: walked off the event loop and cached briefly."""
+"""Storage used per home, for quotas: CephFS's recursive statistics or a walk, cached briefly."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ from dataclasses import dataclass
 
 from paddlecloud.common.volume import Root
 
+from . import cephfs
+
 # A walk of a large home takes a while; quota checks may be this stale, and uploads in
 # flight are counted separately by the caller (their sizes are reserved at creation).
+# CephFS's recursive statistics cost two getxattr calls and are never cached here (they
+# trail the tree by seconds themselves: the MDS propagates them lazily).
 CACHE_SECONDS = 30.0
 
 
@@ -60,6 +64,7 @@ class Usage:
     def __init__(self, root: Root) -> None:
         self._root = root
         self._cache: dict[str, tuple[float, HomeUsage]] = {}
+        self._cached = not cephfs.is_cephfs(root.root)
 
     def forget(self, user: str) -> None:
         """Drop the cached figure after a change this service made (upload, rm, mv)."""
@@ -71,7 +76,8 @@ class Usage:
             return cached[1]
         home = self._root.root / "home" / user
         usage = await asyncio.to_thread(self._measure, home)
-        self._cache[user] = (time.monotonic(), usage)
+        if self._cached:
+            self._cache[user] = (time.monotonic(), usage)
         return usage
 
     @staticmethod
@@ -85,6 +91,8 @@ class Usage:
                 return HomeUsage(0, 0)
             raise
         try:
-            return _walk(fd)
+            # CephFS keeps recursive statistics per directory: no walk, at any size.
+            stats = cephfs.rstats(fd)
+            return HomeUsage(*stats) if stats is not None else _walk(fd)
         finally:
             os.close(fd)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,13 @@ def test_a_tree_goes_up_is_listed_is_skipped_when_identical_and_comes_back(serve
         ok(run_cli(server, "-o", "json", "pfs", "stat", "--checksum", "data/dataset/top.txt"))
     )
     assert record["size"] == len(files["top.txt"]) and len(record["sha256"]) == 64
-    usage = json.loads(ok(run_cli(server, "-o", "json", "pfs", "usage")))
+    # At once on a local disk; on CephFS once its recursive statistics have propagated up the
+    # tree, which the MDS does lazily (seconds a level; a bound here, not a timing).
+    deadline = time.monotonic() + 120
+    while (usage := json.loads(ok(run_cli(server, "-o", "json", "pfs", "usage"))))["bytes"] < sum(
+        map(len, files.values())
+    ) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert usage["bytes"] >= sum(map(len, files.values()))
     ok(run_cli(server, "mkdir", "scratch/x"))
     ok(run_cli(server, "file", "put", str(tree / "top.txt"), "scratch/x/"))
