@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.keys import READINESS_CHECKS, STORE
+from paddlecloud.common.keys import READINESS_CHECKS
 from paddlecloud.common.store import Store
 from paddlecloud.common.tasks import background, run_periodically
 from paddlecloud.common.volume import open_volume
 from paddlecloud.common.web import create_base_app, use_store
 
-from . import files, uploads
+from . import api, upload_api
 from .cephfs import QUOTA_SYNC_SECONDS, CephQuotas
-from .keys import DATACENTER, QUOTAS, ROOT, USAGE
+from .keys import DATACENTER, HASH_SLOTS, QUOTAS, ROOT, UPLOADS, USAGE
+from .uploads import GC_INTERVAL, GC_TASK, Uploads
 from .usage import Usage
 
 QUOTA_TASK = "pfs-ceph-quotas"
@@ -31,8 +34,8 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
     app = create_base_app(config, "pfs")
     app[DATACENTER] = config.pfs.datacenter
     app.cleanup_ctx.append(_resources(config, store))
-    files.add_routes(app)
-    uploads.setup(app)
+    api.add_routes(app)
+    upload_api.add_routes(app)
     return app
 
 
@@ -48,17 +51,40 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
                 raise OSError(f"{root.root} is not a writable directory")
 
         app[READINESS_CHECKS].append(root_writable)
-        # The store holds users' storage quotas.
-        async with use_store(app, config, given_store):
-            if not quotas.enabled:
-                yield
-                return
+        async with contextlib.AsyncExitStack() as stack:
+            # The store holds users' storage quotas.
+            store = await stack.enter_async_context(use_store(app, config, given_store))
+            section = config.pfs
+            uploads = Uploads(
+                root,
+                app[USAGE],
+                store,
+                datacenter=section.datacenter,
+                max_size=section.max_upload_size,
+                expiry_seconds=section.upload_expiry_seconds,
+                read_timeout=section.upload_read_timeout,
+                quotas=quotas,
+            )
+            await uploads.load()
+            stack.callback(uploads.close)
+            app[UPLOADS] = uploads
+            app[HASH_SLOTS] = asyncio.Semaphore(api.HASH_CONCURRENCY)
 
-            async def sync_quotas() -> None:
-                await quotas.sync_all(app[STORE])
+            async def collect() -> None:
+                await uploads.collect()
 
-            # On CephFS, homes carry their users' storage quotas (cephfs.py).
-            async with background(QUOTA_TASK, run_periodically(QUOTA_TASK, sync_quotas, QUOTA_SYNC_SECONDS)):
-                yield
+            await stack.enter_async_context(
+                background(GC_TASK, run_periodically(GC_TASK, collect, GC_INTERVAL))
+            )
+            if quotas.enabled:
+
+                async def sync_quotas() -> None:
+                    await quotas.sync_all(store)
+
+                # On CephFS, homes carry their users' storage quotas (cephfs.py).
+                await stack.enter_async_context(
+                    background(QUOTA_TASK, run_periodically(QUOTA_TASK, sync_quotas, QUOTA_SYNC_SECONDS))
+                )
+            yield
 
     return ctx

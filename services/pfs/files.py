@@ -1,145 +1,53 @@
-"""PFS's file endpoints (docs/pfs.md): download, ls, stat, mkdir, mv, rm and usage.
+"""PFS's file operations (docs/pfs.md): list, stat, mkdir, rm, mv and a file's sha256,
+beneath a datacenter's root; the endpoints in api.py call these.
 
-Every path is parsed, authorised and then resolved beneath its area by `paths.Root`;
-changes go through `*at` calls on the parent's descriptor, so a symlink is never
-followed out of a home, and nothing here builds a host path from a string.
+Every path is resolved beneath its area by `volume.Root`; changes go through `*at`
+calls on the parent's descriptor, so a symlink is never followed out of a home, and
+nothing here builds a host path from a string.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import hashlib
 import os
-import re
 import stat
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote
 
 import structlog
-from aiohttp import web
-from pydantic import BaseModel, ConfigDict
 
 from paddlecloud.common import errors
-from paddlecloud.common.internal_auth import Identity
-from paddlecloud.common.keys import IDENTITY, REQUEST_ID, STORE
 from paddlecloud.common.volume import (
     PATH_FORBIDDEN,
-    PATH_NOT_FOUND,
     PfsPath,
     Root,
-    authorize,
-    check_name,
     kind,
-    parse_path,
     problem_for,
 )
-from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
 
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .keys import DATACENTER, QUOTAS, ROOT, USAGE
-from .uploads import UPLOADS
 
 log = structlog.get_logger()
 
-PREFIX = "/api/v1/pfs"
-# Read size for downloads where the loop cannot sendfile: large enough that the thread hop
-# each read costs stays small next to the read (256 KiB reads measured 5% slower end to end),
-# small enough that a few hundred downloads at once stay within a few hundred MiB.
-CHUNK = 1024 * 1024
 HASH_CHUNK = 1024 * 1024
-# Hashing a large file holds a worker thread for minutes; cap how many do so at once so
-# downloads and listings (which share asyncio's default executor) are never starved.
-HASH_CONCURRENCY = 4
 # The uploads service records a completed file's sha256 here (JSON: sha256, size, mtime_ns).
-
-RANGE_NOT_SATISFIABLE = errors.ErrorKind("ERR_RANGE_NOT_SATISFIABLE", 416, "Range not satisfiable")
-# Belongs with the pfs service's other keys; kept here while keys.py is someone else's file.
-HASH_SLOTS = web.AppKey("pfs_hash_slots", asyncio.Semaphore)
-
-
-def add_routes(app: web.Application) -> None:
-    """The non-upload endpoints of docs/pfs.md, under /api/v1/pfs."""
-    app[HASH_SLOTS] = asyncio.Semaphore(HASH_CONCURRENCY)
-    r = app.router
-    r.add_get(f"{PREFIX}/files", get_file)  # and HEAD
-    r.add_delete(f"{PREFIX}/files", delete_file)
-    r.add_get(f"{PREFIX}/ls", list_path)
-    r.add_get(f"{PREFIX}/stat", stat_path)
-    r.add_post(f"{PREFIX}/mkdir", make_dir)
-    r.add_post(f"{PREFIX}/mv", move)
-    r.add_get(f"{PREFIX}/usage", usage)
-    r.add_delete(f"{PREFIX}/homes/{{name}}", retire_home)
 
 
 # Parsing --------------------------------------------------------------------------
 
 
-class MkdirBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    path: str
-    parents: bool = False
-
-
-class MoveBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    src: str
-    dst: str
-    overwrite: bool = False
-
-
-def _query(request: web.Request, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, str]:
-    """The query as exactly the parameters this endpoint takes, each at most once; else 400."""
-    problems = []
-    allowed = (*required, *optional)
-    for key in dict.fromkeys(request.query.keys()):
-        if key not in allowed:
-            takes = ", ".join(allowed) or "none: the request is its JSON body"
-            message = f"unknown query parameter (this call takes {takes})"
-            problems.append({"field": key[:100], "message": message})
-        elif len(request.query.getall(key)) > 1:
-            problems.append({"field": key, "message": "given more than once"})
-    for key in required:
-        if key not in request.query:
-            problems.append({"field": key, "message": "required"})
-    if problems:
-        summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-        raise errors.BAD_REQUEST(summary, errors=problems)
-    return {key: request.query[key] for key in allowed if key in request.query}
-
-
-def _flag(query: dict[str, str], name: str) -> bool:
-    value = query.get(name, "0")
-    if value in ("1", "true"):
-        return True
-    if value in ("0", "false"):
-        return False
-    message = f"must be 1, 0, true or false, not {value[:40]!r}"
-    raise errors.BAD_REQUEST(f"{name}: {message}", errors=[{"field": name, "message": message}])
-
-
-def _resolve(request: web.Request, text: str, *, write: bool) -> PfsPath:
-    path = parse_path(text, request.app[DATACENTER])
-    authorize(path, request[IDENTITY], write=write)
-    return path
-
-
-def _prepare_write(root: Root, path: PfsPath) -> None:
+def prepare_write(root: Root, path: PfsPath) -> None:
     """A user's home appears on their first write; `authorize` let only its owner or an admin here."""
     if path.area == "home" and path.owner is not None:
-        with _fs(path):
+        with fs_problems(path):
             root.ensure_home(path.owner)
 
 
 @contextlib.contextmanager
-def _fs(path: PfsPath | str) -> Iterator[None]:
+def fs_problems(path: PfsPath | str) -> Iterator[None]:
     """Filesystem errors as the client should see them (`paths.problem_for`)."""
     try:
         yield
@@ -159,7 +67,7 @@ def _mtime(ns: int) -> str:
     return moment.isoformat(timespec="microseconds")
 
 
-def _entry(text: str, name: str, st: os.stat_result, target: str | None = None) -> dict[str, Any]:
+def entry_of(text: str, name: str, st: os.stat_result, target: str | None = None) -> dict[str, Any]:
     what = kind(st)
     entry: dict[str, Any] = {
         "path": text,
@@ -174,14 +82,14 @@ def _entry(text: str, name: str, st: os.stat_result, target: str | None = None) 
     return entry
 
 
-def _lstat_entry(root: Root, path: PfsPath) -> dict[str, Any]:
+def lstat_entry(root: Root, path: PfsPath) -> dict[str, Any]:
     """`path`'s entry, describing a symlink rather than what it points to."""
     if path.is_area_root:
-        return _entry(path.text, path.name, root.lstat(path))
+        return entry_of(path.text, path.name, root.lstat(path))
     with root.parent_fd(path) as (fd, name):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
-    return _entry(path.text, path.name, st, target)
+    return entry_of(path.text, path.name, st, target)
 
 
 def _read_dir(fd: int, text: str) -> list[tuple[dict[str, Any], str | None]]:
@@ -195,7 +103,7 @@ def _read_dir(fd: int, text: str) -> list[tuple[dict[str, Any], str | None]]:
             except FileNotFoundError:
                 continue  # removed while we read
             # Names come from the disk (a job may have made any name): shown, not re-validated.
-            entry = _entry(f"{text}/{item.name}", item.name, st, target)
+            entry = entry_of(f"{text}/{item.name}", item.name, st, target)
             found.append((entry, item.name if stat.S_ISDIR(st.st_mode) else None))
     return found
 
@@ -241,7 +149,7 @@ def _walk(fd: int, text: str, recursive: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _list(root: Root, path: PfsPath, recursive: bool) -> list[dict[str, Any]]:
+def list_tree(root: Root, path: PfsPath, recursive: bool) -> list[dict[str, Any]]:
     if path.is_area_root:
         fd = root.open(path, os.O_RDONLY | os.O_DIRECTORY)
         return _walk(fd, path.text, recursive)
@@ -250,258 +158,18 @@ def _list(root: Root, path: PfsPath, recursive: bool) -> list[dict[str, Any]]:
         if not stat.S_ISDIR(st.st_mode):
             # A file's listing is that file; a symlink's is the link itself, never its target.
             target = os.readlink(name, dir_fd=parent) if stat.S_ISLNK(st.st_mode) else None
-            return [_entry(path.text, path.name, st, target)]
+            return [entry_of(path.text, path.name, st, target)]
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     return _walk(fd, path.text, recursive)
-
-
-async def _listing(request: web.Request, path: PfsPath, recursive: bool) -> web.Response:
-    root = request.app[ROOT]
-    try:
-        with _fs(path):
-            entries = await asyncio.to_thread(_list, root, path, recursive)
-    except errors.ProblemError as exc:
-        # Your own home exists for you before your first write; it is simply empty.
-        if not (exc.kind is PATH_NOT_FOUND and _is_own_home(path, request[IDENTITY])):
-            raise
-        entries = []
-    return json_response({"path": path.text, "entries": entries})
-
-
-def _is_own_home(path: PfsPath, identity: Identity) -> bool:
-    return path.area == "home" and path.is_area_root and path.owner == identity.user
 
 
 # Downloads ------------------------------------------------------------------------
 
 
-async def get_file(request: web.Request) -> web.StreamResponse:
-    """GET/HEAD files: a file's bytes (ranges, validators), or a directory's listing."""
-    query = _query(request, ("path",))
-    path = _resolve(request, query["path"], write=False)
-    root = request.app[ROOT]
-    try:
-        with _fs(path):
-            # O_NONBLOCK: opening a FIFO a job left behind must not wait for a writer.
-            fd = root.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except errors.ProblemError as exc:
-        if exc.kind is PATH_NOT_FOUND and _is_own_home(path, request[IDENTITY]):
-            return await _listing(request, path, recursive=False)
-        raise
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            os.close(fd)
-            fd = -1
-            return await _listing(request, path, recursive=False)
-        if not stat.S_ISREG(st.st_mode):
-            raise errors.CONFLICT(f"{path}: is neither a regular file nor a directory")
-        return await _serve(request, path, fd, st)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
-async def _serve(request: web.Request, path: PfsPath, fd: int, st: os.stat_result) -> web.StreamResponse:
-    """Stream `fd` (opened beneath the root) with HTTP's validators and one byte range.
-
-    FileResponse takes a path, and a path would be resolved again, outside our checks;
-    so this sends the descriptor itself (`_send`).
-    """
-    size = st.st_size
-    modified = st.st_mtime_ns // 10**9
-    etag = f'"{size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"'
-    headers = {
-        "ETag": etag,
-        "Last-Modified": formatdate(modified, usegmt=True),
-        "Accept-Ranges": "bytes",
-        # Per user: no shared cache may keep it, and clients revalidate with the ETag.
-        "Cache-Control": "private, no-cache",
-        REQUEST_ID_HEADER: request[REQUEST_ID],
-    }
-    if _not_modified(request, etag, modified):
-        return web.Response(status=304, headers=headers)
-
-    status, start, length = 200, 0, size
-    range_header = request.headers.get("Range")
-    if range_header is not None and _if_range_holds(request.headers.get("If-Range"), etag, modified):
-        span = _parse_range(range_header, size)
-        if span is not None:
-            first, last = span
-            status, start, length = 206, first, last - first + 1
-            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
-
-    response = web.StreamResponse(status=status, headers=headers)
-    response.content_type = "application/octet-stream"
-    response.content_length = length
-    # User content is data, never a page for a browser to render or sniff.
-    response.headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(path.name, safe='')}"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    await response.prepare(request)
-    if request.method == "HEAD":
-        await response.write_eof()
-        return response
-    try:
-        sent = await _send(request, response, fd, start, length)
-    except ConnectionError:
-        log.info("client_disconnected", path=path.text)
-        return response
-    if sent < length:
-        # Truncated while we sent it: the length is promised, so cut the connection rather
-        # than let a short body look complete.
-        log.warning("download_truncated", path=path.text, sent=sent, promised=length)
-        if request.transport is not None:
-            request.transport.close()
-        return response
-    await response.write_eof()
-    return response
-
-
-async def _send(request: web.Request, response: web.StreamResponse, fd: int, start: int, length: int) -> int:
-    """Send `length` bytes of `fd` from `start` after the prepared headers; the bytes sent,
-    fewer if the file ends sooner.
-
-    Where the event loop can, the kernel copies them from the page cache to the socket
-    (`loop.sendfile`). A 1 GiB download then costs pfs 0.1 CPU-seconds rather than 0.4, and
-    pfs and the gateway together about 15% less: CPU that the client shares with them on a
-    small machine (docs/pfs.md, Throughput). uvloop has no sendfile, so the pfs service runs
-    on asyncio's own loop. Elsewhere each CHUNK is read off the loop with pread and written.
-    """
-    transport = request.transport
-    if transport is None:
-        raise ConnectionResetError("the client has gone")
-    if length:
-        loop = asyncio.get_running_loop()
-        # Wraps the open descriptor, which stays ours, for sendfile: nothing here blocks.
-        with open(fd, "rb", buffering=0, closefd=False) as file:  # noqa: ASYNC230
-            # NotImplementedError: uvloop. RuntimeError (SendfileNotAvailableError among them):
-            # a transport (TLS) or a file system without sendfile. Either way nothing was sent.
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                return await loop.sendfile(transport, file, start, length, fallback=False)
-    sent = 0
-    while sent < length:
-        chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, length - sent), start + sent)
-        if not chunk:
-            break
-        await response.write(chunk)
-        sent += len(chunk)
-    return sent
-
-
-_ETAG = re.compile(r'(?:W/)?"[^"]*"')
-
-
-def _not_modified(request: web.Request, etag: str, modified: int) -> bool:
-    """If-None-Match (weak comparison), else If-Modified-Since (RFC 9110 §13.2.2)."""
-    none_match = request.headers.get("If-None-Match")
-    if none_match is not None:
-        if none_match.strip() == "*":
-            return True
-        return any(tag.removeprefix("W/") == etag for tag in _ETAG.findall(none_match))
-    since = _http_date(request.headers.get("If-Modified-Since"))
-    return since is not None and since <= time.time() and modified <= since
-
-
-def _if_range_holds(value: str | None, etag: str, modified: int) -> bool:
-    """Whether a Range applies: no If-Range, or one naming exactly this version (strongly)."""
-    if value is None:
-        return True
-    value = value.strip()
-    if value.startswith('"'):
-        return value == etag
-    if value.startswith("W/"):
-        return False  # weak tags never match in If-Range
-    return _http_date(value) == modified
-
-
-def _http_date(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        moment = parsedate_to_datetime(value)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return int(moment.timestamp())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-
-
-_BYTES_UNIT = re.compile(r"\s*bytes\s*=(.*)", re.IGNORECASE | re.DOTALL)
-# Bounded digits: a position of 20 digits is already past any file, and Python's int()
-# refuses very long strings with an error we would not want to turn into a 500.
-_RANGE_SPEC = re.compile(r"([0-9]{1,20})-([0-9]{0,20})|-([0-9]{1,20})")
-
-
-def _parse_range(header: str, size: int) -> tuple[int, int] | None:
-    """The one byte range asked for, as (first, last); None to send the whole file; 416 otherwise."""
-    unit = _BYTES_UNIT.fullmatch(header)
-    if unit is None:
-        return None  # RFC 9110 §14.2: a range unit we do not know is ignored
-    specs = [spec.strip() for spec in unit[1].split(",") if spec.strip()]
-
-    def unsatisfiable(why: str) -> errors.ProblemError:
-        return RANGE_NOT_SATISFIABLE(
-            f"Range {header[:100]!r}: {why} (the file has {size} bytes)",
-            headers={"Content-Range": f"bytes */{size}"},
-        )
-
-    if len(specs) != 1:
-        raise unsatisfiable("exactly one range is served per request")
-    match = _RANGE_SPEC.fullmatch(specs[0])
-    if match is None:
-        raise unsatisfiable("not a byte range")
-    if match[3] is not None:
-        suffix = int(match[3])
-        if suffix == 0:
-            raise unsatisfiable("an empty suffix range")
-        if size == 0:
-            return None  # the last N bytes of nothing: the whole (empty) file
-        return max(0, size - suffix), size - 1
-    first = int(match[1])
-    last = int(match[2]) if match[2] else size - 1
-    if last < first:
-        raise unsatisfiable("the range ends before it starts")
-    if first >= size:
-        raise unsatisfiable("the range starts at or after the end")
-    return first, min(last, size - 1)
-
-
 # Listing and stat -----------------------------------------------------------------
 
 
-async def list_path(request: web.Request) -> web.Response:
-    """GET ls: a directory's entries (every descendant with recursive=1), or a file itself."""
-    query = _query(request, ("path",), ("recursive",))
-    recursive = _flag(query, "recursive")
-    path = _resolve(request, query["path"], write=False)
-    return await _listing(request, path, recursive)
-
-
-async def stat_path(request: web.Request) -> web.Response:
-    """GET stat: one entry; with checksum=sha256 a file's also carries its sha256."""
-    query = _query(request, ("path",), ("checksum",))
-    checksum = query.get("checksum")
-    if checksum is not None and checksum != "sha256":
-        message = f"only sha256 is offered, not {checksum[:40]!r}"
-        raise errors.BAD_REQUEST(f"checksum: {message}", errors=[{"field": "checksum", "message": message}])
-    path = _resolve(request, query["path"], write=False)
-    root = request.app[ROOT]
-    with _fs(path):
-        entry = _lstat_entry(root, path)
-        if checksum is None or entry["type"] != "file":
-            return json_response(entry)
-        # First the cheap way: what the upload (or an earlier stat) remembered.
-        found = _file_sha256(root, path, compute=False)
-        if found is not None and found[1] is None:
-            async with request.app[HASH_SLOTS]:
-                found = await asyncio.to_thread(_file_sha256, root, path, compute=True)
-    if found is None:  # no longer a regular file: it changed under us
-        return json_response(entry)
-    st, digest = found
-    return json_response({**_entry(path.text, path.name, st), "sha256": digest})
-
-
-def _file_sha256(root: Root, path: PfsPath, *, compute: bool) -> tuple[os.stat_result, str | None] | None:
+def file_sha256(root: Root, path: PfsPath, *, compute: bool) -> tuple[os.stat_result, str | None] | None:
     """The file's stat and sha256 (remembered, or computed if `compute`); None if not a file.
 
     The descriptor is opened and closed here, in the thread that reads it.
@@ -536,25 +204,11 @@ def _file_sha256(root: Root, path: PfsPath, *, compute: bool) -> tuple[os.stat_r
 # Changes --------------------------------------------------------------------------
 
 
-async def make_dir(request: web.Request) -> web.Response:
-    """POST mkdir: 201 with the new directory's entry; 200 if it existed and `parents` is set."""
-    _query(request, ())  # everything is in the body
-    body = await parse_body(request, MkdirBody)
-    path = _resolve(request, body.path, write=True)
-    root = request.app[ROOT]
-    _prepare_write(root, path)
-    with _fs(path):
-        created, entry = await asyncio.to_thread(_mkdir, root, path, body.parents)
-    if created:
-        log.info("pfs_mkdir", path=path.text)
-    return json_response(entry, status=201 if created else 200)
-
-
-def _mkdir(root: Root, path: PfsPath, parents: bool) -> tuple[bool, dict[str, Any]]:
+def make_dirs(root: Root, path: PfsPath, parents: bool) -> tuple[bool, dict[str, Any]]:
     if path.is_area_root:
         if not parents:
             raise errors.ALREADY_EXISTS(f"{path}: already exists")
-        return False, _lstat_entry(root, path)
+        return False, lstat_entry(root, path)
     steps = [
         PfsPath(path.datacenter, path.area, path.owner, path.parts[:n]) for n in range(1, len(path.parts) + 1)
     ]
@@ -572,28 +226,10 @@ def _mkdir(root: Root, path: PfsPath, parents: bool) -> tuple[bool, dict[str, An
                     raise errors.CONFLICT(f"{step}: a {kind(st)} is in the way") from None
                 if not parents:
                     raise errors.ALREADY_EXISTS(f"{path}: already exists") from None
-    return created, _lstat_entry(root, path)
+    return created, lstat_entry(root, path)
 
 
-async def delete_file(request: web.Request) -> web.Response:
-    """DELETE files: 204; a directory with content needs recursive=1."""
-    query = _query(request, ("path",), ("recursive",))
-    recursive = _flag(query, "recursive")
-    path = _resolve(request, query["path"], write=True)
-    if path.is_area_root:
-        raise PATH_FORBIDDEN(f"{path}: the root of a home or of public cannot be removed")
-    root = request.app[ROOT]
-    try:
-        with _fs(path):
-            await asyncio.to_thread(_remove, root, path, recursive)
-    finally:
-        # Even a recursive removal that failed halfway removed something.
-        _forget_usage(request, path)
-    log.info("pfs_removed", path=path.text, recursive=recursive)
-    return web.Response(status=204)
-
-
-def _remove(root: Root, path: PfsPath, recursive: bool) -> None:
+def remove_path(root: Root, path: PfsPath, recursive: bool) -> None:
     with root.parent_fd(path) as (parent, name):
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
         if not stat.S_ISDIR(st.st_mode):
@@ -652,39 +288,12 @@ def _names(fd: int) -> list[tuple[str, bool]]:
         return [(item.name, item.is_dir(follow_symlinks=False)) for item in it]
 
 
-async def move(request: web.Request) -> web.Response:
-    """POST mv: 200 with the destination's entry; never replaces a directory."""
-    _query(request, ())  # everything is in the body
-    body = await parse_body(request, MoveBody)
-    src = _resolve(request, body.src, write=True)
-    dst = _resolve(request, body.dst, write=True)
-    for end in (src, dst):
-        if end.is_area_root:
-            raise PATH_FORBIDDEN(f"{end}: the root of a home or of public cannot be moved or replaced")
-    same_area = (src.datacenter, src.area, src.owner) == (dst.datacenter, dst.area, dst.owner)
-    if same_area and len(dst.parts) > len(src.parts) and dst.parts[: len(src.parts)] == src.parts:
-        raise errors.BAD_REQUEST(f"{src} cannot be moved into itself ({dst})")
-    root = request.app[ROOT]
-    if request.app[QUOTAS].crosses_realms(src.owner, dst.owner):
-        # ceph-fuse refuses such renames, and the hard link rename_noreplace falls back on
-        # would slip the file past the destination's quota (docs/storage.md).
-        raise errors.CONFLICT(f"{src} → {dst}: crosses a storage quota boundary; copy, then remove")
-    _prepare_write(root, dst)
-    try:
-        entry = await asyncio.to_thread(_move, root, src, dst, body.overwrite)
-    finally:
-        _forget_usage(request, src)
-        _forget_usage(request, dst)
-    log.info("pfs_moved", src=src.text, dst=dst.text, overwrite=body.overwrite)
-    return json_response(entry)
-
-
-def _move(root: Root, src: PfsPath, dst: PfsPath, overwrite: bool) -> dict[str, Any]:
+def move_path(root: Root, src: PfsPath, dst: PfsPath, overwrite: bool) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
-        with _fs(src):
+        with fs_problems(src):
             src_dir, src_name = stack.enter_context(root.parent_fd(src))
             src_st = os.stat(src_name, dir_fd=src_dir, follow_symlinks=False)
-        with _fs(dst):
+        with fs_problems(dst):
             dst_dir, dst_name = stack.enter_context(root.parent_fd(dst))
             try:
                 dst_st: os.stat_result | None = os.stat(dst_name, dir_fd=dst_dir, follow_symlinks=False)
@@ -692,7 +301,7 @@ def _move(root: Root, src: PfsPath, dst: PfsPath, overwrite: bool) -> dict[str, 
                 dst_st = None
         moving_dir = stat.S_ISDIR(src_st.st_mode)
         both = f"{src} → {dst}"
-        with _fs(both):
+        with fs_problems(both):
             try:
                 if dst_st is None:
                     rename_noreplace(src_dir, src_name, dst_dir, dst_name, is_dir=moving_dir)
@@ -715,49 +324,9 @@ def _move(root: Root, src: PfsPath, dst: PfsPath, overwrite: bool) -> dict[str, 
                         f"{both}: cannot be moved there (another filesystem or in use)"
                     ) from exc
                 raise
-        with _fs(dst):
-            entry = _lstat_entry(root, dst)
+        with fs_problems(dst):
+            entry = lstat_entry(root, dst)
     return entry
 
 
-def _forget_usage(request: web.Request, path: PfsPath) -> None:
-    if path.area == "home" and path.owner is not None:
-        request.app[USAGE].forget(path.owner)
-
-
 # Usage ----------------------------------------------------------------------------
-
-
-async def retire_home(request: web.Request) -> web.Response:
-    """DELETE homes/{name}: a deleted user's home, archived (`archive=1`, the default) or
-    removed, and their unfinished uploads ended. Admins only (the gateway, deleting a user)."""
-    identity = request[IDENTITY]
-    if not identity.admin:
-        raise errors.FORBIDDEN("only an administrator may retire a home")
-    name = request.match_info["name"]
-    check_name(name, f"user {name[:100]!r}")
-    archive = _flag(_query(request, (), ("archive",)), "archive") if "archive" in request.query else True
-    uploads = await request.app[UPLOADS].forget_user(name)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    where = await asyncio.to_thread(request.app[ROOT].retire_home, name, archive=archive, stamp=stamp)
-    request.app[USAGE].forget(name)
-    log.info("home_retired", user=name, archived_to=where, uploads_ended=uploads)
-    return json_response({"user": name, "archived_to": where, "uploads_ended": uploads})
-
-
-async def usage(request: web.Request) -> web.Response:
-    """GET usage: bytes and files in a home, and the owner's storage quota."""
-    query = _query(request, (), ("user",))
-    identity = request[IDENTITY]
-    user = query.get("user", identity.user)
-    check_name(user, f"user {user[:100]!r}")
-    if user != identity.user and not identity.admin:
-        raise errors.FORBIDDEN(f"only an admin may see another user's usage; yours is user={identity.user}")
-    record = await request.app[STORE].get_user(user)
-    if record is None and user != identity.user:
-        raise errors.NOT_FOUND(f"there is no user {user!r}")
-    limit = record.quota.storage_bytes if record is not None else None
-    if record is not None:
-        await request.app[QUOTAS].sync(user, limit)  # CephFS: the home carries the quota too
-    measured = await request.app[USAGE].of(user)
-    return json_response({"user": user, "bytes": measured.bytes, "files": measured.files, "limit": limit})

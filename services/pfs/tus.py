@@ -17,7 +17,12 @@ from typing import Any
 
 from isal.isal_zlib import crc32
 
-from paddlecloud.common import errors
+from .errors import (
+    BAD_HEADER,
+    BAD_METADATA,
+    CHECKSUM_ALGORITHM,
+    TUS_VERSION,
+)
 
 VERSION = "1.0.0"
 EXTENSIONS = (
@@ -58,19 +63,6 @@ class Crc32:
 # Per-chunk checksums (the checksum extension). tus requires sha1; the CLI sends crc32.
 CHECKSUMS: dict[str, Callable[[], Any]] = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "crc32": Crc32}
 
-TUS_VERSION = errors.ErrorKind("ERR_TUS_VERSION", 412, "Unsupported tus version")
-BAD_HEADER = errors.ErrorKind("ERR_BAD_UPLOAD_HEADER", 400, "Bad tus header")
-BAD_METADATA = errors.ErrorKind("ERR_BAD_METADATA", 400, "Bad Upload-Metadata")
-CHECKSUM_ALGORITHM = errors.ErrorKind("ERR_CHECKSUM_ALGORITHM", 400, "Unsupported checksum algorithm")
-CHECKSUM_MISMATCH = errors.ErrorKind("ERR_CHECKSUM_MISMATCH", 460, "Checksum mismatch")
-MISMATCHED_OFFSET = errors.ErrorKind("ERR_MISMATCHED_OFFSET", 409, "Upload-Offset does not match")
-UPLOAD_NOT_FOUND = errors.ErrorKind("ERR_UPLOAD_NOT_FOUND", 404, "No such upload")
-UPLOAD_EXPIRED = errors.ErrorKind("ERR_UPLOAD_EXPIRED", 410, "Upload expired")
-UPLOAD_FAILED = errors.ErrorKind("ERR_UPLOAD_FAILED", 410, "Upload failed")
-UPLOAD_TOO_LARGE = errors.ErrorKind("ERR_UPLOAD_TOO_LARGE", 413, "Upload too large")
-UPLOAD_LOCKED = errors.ErrorKind("ERR_UPLOAD_LOCKED", 423, "Upload busy")
-UPLOAD_INTERRUPTED = errors.ErrorKind("ERR_UPLOAD_INTERRUPTED", 400, "Upload interrupted")
-READ_TIMEOUT = errors.ErrorKind("ERR_READ_TIMEOUT", 408, "Upload body stalled")
 
 # Reason phrases for the statuses tus adds to HTTP's own.
 REASONS = {460: "Checksum Mismatch"}

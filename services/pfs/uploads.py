@@ -29,20 +29,28 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
-from aiohttp import web
 
 from paddlecloud.common import errors
-from paddlecloud.common.config import PfsSection
 from paddlecloud.common.errors import ProblemError
 from paddlecloud.common.internal_auth import Identity
-from paddlecloud.common.keys import CONFIG, IDENTITY, REQUEST_ID, STORE
 from paddlecloud.common.store import Store
-from paddlecloud.common.tasks import background, run_periodically
 from paddlecloud.common.volume import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
 
 from . import cephfs, tus
+from .errors import (
+    BAD_HEADER,
+    BAD_METADATA,
+    CHECKSUM_MISMATCH,
+    MISMATCHED_OFFSET,
+    READ_TIMEOUT,
+    UPLOAD_EXPIRED,
+    UPLOAD_FAILED,
+    UPLOAD_INTERRUPTED,
+    UPLOAD_LOCKED,
+    UPLOAD_NOT_FOUND,
+    UPLOAD_TOO_LARGE,
+)
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .keys import DATACENTER, QUOTAS, ROOT, USAGE
 from .staging import (
     ChunkWriter,
     Record,
@@ -178,6 +186,11 @@ class _Slot:
             self.on_stop()
 
 
+# A body as it arrives: each call gives the next piece, b"" at its end; a broken
+# connection raises ConnectionError. The API layer makes one from a request.
+ByteSource = Callable[[], Awaitable[bytes]]
+
+
 @dataclass(frozen=True)
 class Received:
     """What one PATCH body did: the durable offset after it, and why it stopped early, if it did."""
@@ -266,7 +279,7 @@ class Uploads:
         """The caller's own upload; everyone else's, like an unknown one, is 404."""
         record = self._records.get(upload_id) if _ID.match(upload_id) else None
         if record is None or record.owner != identity.user:
-            raise tus.UPLOAD_NOT_FOUND(f"There is no upload {upload_id[:40]!r} of yours here.")
+            raise UPLOAD_NOT_FOUND(f"There is no upload {upload_id[:40]!r} of yours here.")
         return record
 
     def expiry(self, record: Record) -> float:
@@ -280,9 +293,9 @@ class Uploads:
     def check_alive(self, record: Record) -> None:
         """Refuse (410) an upload that expired or failed; a client has to start over."""
         if record.state == "expired" or (record.state == "active" and self.expiry(record) <= self.clock()):
-            raise tus.UPLOAD_EXPIRED(f"Upload {record.id} expired; start a new one.")
+            raise UPLOAD_EXPIRED(f"Upload {record.id} expired; start a new one.")
         if record.state == "failed":
-            raise tus.UPLOAD_FAILED(
+            raise UPLOAD_FAILED(
                 f"Upload {record.id} failed and was discarded: {record.error.get('detail', '')}",
                 reason=record.error.get("code"),
             )
@@ -299,7 +312,7 @@ class Uploads:
                 async with asyncio.timeout(LOCK_TIMEOUT):
                     await slot.lock.acquire()
             except TimeoutError:
-                raise tus.UPLOAD_LOCKED(
+                raise UPLOAD_LOCKED(
                     f"Upload {upload_id} is busy with another request; try again shortly."
                 ) from None
             slot.stop_requested = False
@@ -318,13 +331,13 @@ class Uploads:
     async def create(self, identity: Identity, length: int | None, metadata: tus.Metadata) -> Record:
         """Check everything, reserve the quota and create the staging file and its record."""
         if length is not None and length > self.max_size:
-            raise tus.UPLOAD_TOO_LARGE(
+            raise UPLOAD_TOO_LARGE(
                 f"Upload-Length {length} is over this server's Tus-Max-Size of {self.max_size} bytes.",
                 headers={"Tus-Max-Size": str(self.max_size)},
             )
         path_text = metadata.get("path")
         if not path_text:
-            raise tus.BAD_METADATA(
+            raise BAD_METADATA(
                 "Upload-Metadata must name the destination: "
                 "path <base64 of /pfs/<datacenter>/home/<user>/...>."
             )
@@ -418,7 +431,8 @@ class Uploads:
 
     async def patch(
         self,
-        request: web.Request,
+        body: ByteSource,
+        length: int | None,
         record: Record,
         identity: Identity,
         slot: _Slot,
@@ -426,13 +440,16 @@ class Uploads:
         checksum: tus.Checksum | None,
         new_length: int | None,
     ) -> Record:
-        """Append one PATCH body at `offset` (the caller holds the lock); finish if it was the last."""
+        """Append one PATCH body at `offset` (the caller holds the lock); finish if it was the last.
+
+        `body` gives the body's pieces as they arrive (empty at its end); `length` is its
+        announced length, when there is one."""
         if record.state == "complete":
             if new_length is not None and new_length != record.length:
-                raise tus.BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
+                raise BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
             # A retry of the last PATCH whose answer was lost: nothing to do.
             if offset != record.length:
-                raise tus.MISMATCHED_OFFSET(
+                raise MISMATCHED_OFFSET(
                     f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
                 )
             return record
@@ -441,25 +458,25 @@ class Uploads:
             # Complete but not finished (a crash, or a full disk at the last step).
             record = await self.finish(record, identity)
             if offset != record.length:
-                raise tus.MISMATCHED_OFFSET(
+                raise MISMATCHED_OFFSET(
                     f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
                 )
             return record
         if new_length is not None:
             await self._declare_length(record, new_length, current)
         if offset != current:
-            raise tus.MISMATCHED_OFFSET(
+            raise MISMATCHED_OFFSET(
                 f"Upload-Offset is {offset} but upload {record.id} is at {current}: "
                 "HEAD it and resume there.",
                 offset=current,
             )
         room = (record.length if record.length is not None else self.max_size) - current
-        if request.content_length is not None and request.content_length > room:
-            raise tus.UPLOAD_TOO_LARGE(
-                f"The body ({request.content_length} bytes) goes past the end of the upload "
+        if length is not None and length > room:
+            raise UPLOAD_TOO_LARGE(
+                f"The body ({length} bytes) goes past the end of the upload "
                 f"({room} bytes left); nothing was written."
             )
-        received = await self.receive(request, record, slot, current, room, checksum)
+        received = await self.receive(body, record, slot, current, room, checksum)
         if received.problem is not None:
             raise received.problem
         if record.length is not None and received.offset == record.length:
@@ -469,12 +486,12 @@ class Uploads:
     async def _declare_length(self, record: Record, length: int, current: int) -> None:
         if record.length is not None:
             if length != record.length:
-                raise tus.BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
+                raise BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
             return
         if length < current:
-            raise tus.BAD_HEADER(f"Upload-Length {length} is less than the {current} bytes already received.")
+            raise BAD_HEADER(f"Upload-Length {length} is less than the {current} bytes already received.")
         if length > self.max_size:
-            raise tus.UPLOAD_TOO_LARGE(
+            raise UPLOAD_TOO_LARGE(
                 f"Upload-Length {length} is over this server's Tus-Max-Size of {self.max_size} bytes.",
                 headers={"Tus-Max-Size": str(self.max_size)},
             )
@@ -485,7 +502,7 @@ class Uploads:
 
     async def receive(
         self,
-        request: web.Request,
+        body: ByteSource,
         record: Record,
         slot: _Slot,
         start: int,
@@ -526,26 +543,26 @@ class Uploads:
                     try:
                         if slot.stop_requested:
                             stop()
-                        await self._pump(request, writer, syncer, hashing, room, scope)
+                        await self._pump(body, writer, syncer, hashing, room, scope)
                     finally:
                         slot.on_stop = None
             except TimeoutError:
                 if stopped:
-                    problem = tus.UPLOAD_INTERRUPTED(
+                    problem = UPLOAD_INTERRUPTED(
                         f"A newer request on upload {record.id} took over; what arrived was kept."
                     )
                 else:
-                    problem = tus.READ_TIMEOUT(
+                    problem = READ_TIMEOUT(
                         f"The body stalled for {self.read_timeout:g} s; what arrived was kept. "
                         "HEAD, then resume."
                     )
-            except (ConnectionError, web.RequestPayloadError):
-                problem = tus.UPLOAD_INTERRUPTED("The connection broke mid-body; what arrived was kept.")
+            except ConnectionError:
+                problem = UPLOAD_INTERRUPTED("The connection broke mid-body; what arrived was kept.")
             except asyncio.CancelledError as exc:
                 # The handler itself is cancelled: a server that cancels handlers of gone
                 # clients, or shutdown. Keep and sync what arrived all the same, then go on.
                 cancelled = exc
-                problem = tus.UPLOAD_INTERRUPTED("The request was cancelled; what arrived was kept.")
+                problem = UPLOAD_INTERRUPTED("The request was cancelled; what arrived was kept.")
             except OSError as exc:
                 if exc.errno not in _FULL:
                     raise
@@ -554,42 +571,9 @@ class Uploads:
                     "resume once there is room."
                 )
             synced = time.perf_counter()
-            try:
-                await syncer.settle()
-                # An interrupted checksummed chunk cannot be verified: it is discarded below.
-                keep = checksum is None or problem is None
-                in_sync = keep and writer.in_place and writer.written > 0
-                if in_sync:
-                    # The chunk goes to disk while its last batch is hashed: the 204 waits for
-                    # both, and a chunk that turns out not to match is still taken back below.
-                    await _all(hashing.finish(), _blocking(os.fdatasync, fd))
-                else:
-                    await hashing.finish()
-                discarded = False
-                if checksum is not None:
-                    if problem is None and chunk is not None and chunk.digest() != checksum.digest:
-                        problem = tus.CHECKSUM_MISMATCH(
-                            f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
-                            f"discarded and the upload stays at offset {start}.",
-                            offset=start,
-                        )
-                    if problem is not None:
-                        writer.discard()
-                        whole = saved
-                        discarded = True  # the truncation must be as durable as the bytes were
-                    else:
-                        writer.commit()
-                if discarded or (writer.written and not in_sync):
-                    await _blocking(os.fdatasync, fd)
-            except OSError as exc:
-                # Nothing past `start` is known to be on disk: take it back.
-                await hashing.settle()
-                with contextlib.suppress(OSError):
-                    writer.discard()
-                whole = None
-                if exc.errno not in _FULL:
-                    raise
-                problem = STORAGE_FULL("The filesystem is full; the chunk was not stored.")
+            problem, whole = await self._settle(
+                fd, writer, syncer, hashing, checksum, chunk, start, problem, whole, saved
+            )
             offset = os.fstat(fd).st_size
             sync_ms = round((time.perf_counter() - synced) * 1000, 1)
         finally:
@@ -610,9 +594,63 @@ class Uploads:
             raise cancelled
         return Received(offset, problem)
 
+    async def _settle(
+        self,
+        fd: int,
+        writer: ChunkWriter,
+        syncer: _Syncer,
+        hashing: _Hashing,
+        checksum: tus.Checksum | None,
+        chunk: Any,
+        start: int,
+        problem: ProblemError | None,
+        whole: Any,
+        saved: Any,
+    ) -> tuple[ProblemError | None, Any]:
+        """Settle and verify what a body left: sync it, check the chunk's checksum, keep or
+        take back the chunk. The problem to answer (the body's own, or a mismatch or full
+        disk found here) and the upload's running hash after it (None when unknown)."""
+        try:
+            await syncer.settle()
+            # An interrupted checksummed chunk cannot be verified: it is discarded below.
+            keep = checksum is None or problem is None
+            in_sync = keep and writer.in_place and writer.written > 0
+            if in_sync:
+                # The chunk goes to disk while its last batch is hashed: the 204 waits for
+                # both, and a chunk that turns out not to match is still taken back below.
+                await _all(hashing.finish(), _blocking(os.fdatasync, fd))
+            else:
+                await hashing.finish()
+            discarded = False
+            if checksum is not None:
+                if problem is None and chunk is not None and chunk.digest() != checksum.digest:
+                    problem = CHECKSUM_MISMATCH(
+                        f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
+                        f"discarded and the upload stays at offset {start}.",
+                        offset=start,
+                    )
+                if problem is not None:
+                    writer.discard()
+                    whole = saved
+                    discarded = True  # the truncation must be as durable as the bytes were
+                else:
+                    writer.commit()
+            if discarded or (writer.written and not in_sync):
+                await _blocking(os.fdatasync, fd)
+        except OSError as exc:
+            # Nothing past `start` is known to be on disk: take it back.
+            await hashing.settle()
+            with contextlib.suppress(OSError):
+                writer.discard()
+            whole = None
+            if exc.errno not in _FULL:
+                raise
+            problem = STORAGE_FULL("The filesystem is full; the chunk was not stored.")
+        return problem, whole
+
     async def _pump(
         self,
-        request: web.Request,
+        body: ByteSource,
         writer: ChunkWriter,
         syncer: _Syncer,
         hashing: _Hashing,
@@ -626,7 +664,7 @@ class Uploads:
         kicked = loop.time()
         left = room
         while left > 0:
-            piece = await request.content.readany()
+            piece = await body()
             if not piece:
                 return
             if len(piece) > left:
@@ -672,7 +710,7 @@ class Uploads:
         else:
             digest = await _blocking(self.staging.hash_part, record.id)
         if record.sha256 is not None and digest != record.sha256:
-            problem = tus.CHECKSUM_MISMATCH(
+            problem = CHECKSUM_MISMATCH(
                 f"The file's sha256 is {digest}, not the {record.sha256} the upload declared; "
                 "it was discarded.",
                 expected=record.sha256,
@@ -776,7 +814,7 @@ class Uploads:
 
         digest = await _blocking(placed_sha256)
         if digest is None:
-            problem = tus.UPLOAD_FAILED(f"Upload {record.id}'s data is gone; start again.")
+            problem = UPLOAD_FAILED(f"Upload {record.id}'s data is gone; start again.")
             await self._fail(record, problem)
             raise problem
         return await self._mark_complete(record, digest)
@@ -855,231 +893,3 @@ class Uploads:
         if touched:
             log.info("uploads_collected", count=touched)
         return touched
-
-
-UPLOADS = web.AppKey("pfs_uploads", Uploads)
-
-
-# HTTP -------------------------------------------------------------------------
-
-
-def _headers(**extra: str) -> dict[str, str]:
-    return {"Tus-Resumable": tus.VERSION, **extra}
-
-
-def _state_headers(uploads: Uploads, record: Record, offset: int) -> dict[str, str]:
-    headers = _headers(**{"Upload-Offset": str(offset)})
-    if record.state == "complete":
-        headers["PaddleCloud-Path"] = record.path
-        headers["PaddleCloud-Sha256"] = record.result_sha256 or ""
-    else:
-        headers["Upload-Expires"] = tus.http_date(uploads.expiry(record))
-    return headers
-
-
-def _method(request: web.Request) -> str:
-    # tus: clients behind proxies that only pass GET and POST name the real method here.
-    return request.headers.get("X-HTTP-Method-Override", request.method).strip().upper()
-
-
-async def options(request: web.Request) -> web.Response:
-    uploads = request.app[UPLOADS]
-    return web.Response(
-        status=204,
-        headers=_headers(
-            **{
-                "Tus-Version": tus.VERSION,
-                "Tus-Extension": ",".join(tus.EXTENSIONS),
-                "Tus-Max-Size": str(uploads.max_size),
-                "Tus-Checksum-Algorithm": ",".join(tus.CHECKSUMS),
-            }
-        ),
-    )
-
-
-async def create(request: web.Request) -> web.Response:
-    """POST: creation, creation-defer-length and creation-with-upload."""
-    uploads = request.app[UPLOADS]
-    identity = request[IDENTITY]
-    length = tus.parse_size(request.headers, "Upload-Length")
-    deferred = tus.parse_defer_length(request.headers)
-    if (length is None) == (not deferred):
-        raise tus.BAD_HEADER("Send either Upload-Length or Upload-Defer-Length: 1 (not both).")
-    metadata = tus.parse_metadata(request.headers.get("Upload-Metadata"))
-    with_body = request.body_exists and request.content_length != 0
-    if with_body and request.content_type != tus.OFFSET_OCTET_STREAM:
-        raise errors.UNSUPPORTED_MEDIA_TYPE(
-            f"A body sent with the creation must be {tus.OFFSET_OCTET_STREAM}, not {request.content_type}."
-        )
-    checksum = tus.parse_checksum(request.headers) if with_body else None
-    if with_body and length is not None and (request.content_length or 0) > length:
-        raise tus.UPLOAD_TOO_LARGE(f"The body is longer than Upload-Length ({length}); nothing was created.")
-    record = await uploads.create(identity, length, metadata)
-    location = f"{PREFIX}/{record.id}"
-    headers = _headers(Location=location, **{"Upload-Expires": tus.http_date(record.expires)})
-    if length != 0 and not with_body:
-        return web.Response(status=201, headers=headers)
-    try:
-        async with uploads.hold(record.id) as slot:
-            if length == 0:
-                record = await uploads.finish(record, identity)
-                offset = 0
-            else:
-                room = length if length is not None else uploads.max_size
-                received = await uploads.receive(request, record, slot, 0, room, checksum)
-                offset = received.offset
-                problem = received.problem
-                # A broken or stalled body still created the upload: say where it is.
-                if problem is not None and problem.kind not in (tus.UPLOAD_INTERRUPTED, tus.READ_TIMEOUT):
-                    raise problem
-                if length is not None and offset == length:
-                    record = await uploads.finish(record, identity)
-    except ProblemError as exc:
-        exc.headers.update(Location=location)
-        raise
-    headers.update(_state_headers(uploads, record, offset))
-    headers["Location"] = location
-    return web.Response(status=201, headers=headers)
-
-
-async def head(request: web.Request, upload_id: str) -> web.Response:
-    uploads = request.app[UPLOADS]
-    identity = request[IDENTITY]
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id):
-        record = uploads.lookup(upload_id, identity)
-        uploads.check_alive(record)
-        offset = record.length or 0
-        if record.state == "active":
-            size = uploads.staging.part_size(record.id)
-            if size is None or size == record.length:
-                try:
-                    record = await uploads.finish(record, identity)
-                except ProblemError:
-                    uploads.check_alive(record)  # the verdict, as this upload's state
-                    raise
-            else:
-                offset = size
-    headers = _state_headers(uploads, record, offset)
-    headers["Cache-Control"] = "no-store"
-    if record.length is None:
-        headers["Upload-Defer-Length"] = "1"
-    else:
-        headers["Upload-Length"] = str(record.length)
-    if record.metadata:
-        headers["Upload-Metadata"] = record.metadata
-    return web.Response(status=200, headers=headers)
-
-
-async def patch(request: web.Request, upload_id: str) -> web.Response:
-    uploads = request.app[UPLOADS]
-    identity = request[IDENTITY]
-    if request.content_type != tus.OFFSET_OCTET_STREAM:
-        raise errors.UNSUPPORTED_MEDIA_TYPE(
-            f"PATCH bodies are {tus.OFFSET_OCTET_STREAM}, not {request.content_type or 'untyped'}."
-        )
-    offset = tus.parse_size(request.headers, "Upload-Offset")
-    if offset is None:
-        raise tus.BAD_HEADER("PATCH needs Upload-Offset: the offset this body starts at.")
-    checksum = tus.parse_checksum(request.headers)
-    new_length = tus.parse_size(request.headers, "Upload-Length")
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id) as slot:
-        record = uploads.lookup(upload_id, identity)
-        uploads.check_alive(record)
-        record = await uploads.patch(request, record, identity, slot, offset, checksum, new_length)
-        current = record.length if record.state == "complete" else uploads.staging.part_size(record.id)
-    return web.Response(status=204, headers=_state_headers(uploads, record, current or 0))
-
-
-async def delete(request: web.Request, upload_id: str) -> web.Response:
-    uploads = request.app[UPLOADS]
-    identity = request[IDENTITY]
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id):
-        await uploads.terminate(uploads.lookup(upload_id, identity))
-    return web.Response(status=204, headers=_headers())
-
-
-async def _tus(request: web.Request, handler: Callable[[], Awaitable[web.Response]]) -> web.Response:
-    """Every answer, refusals included, speaks tus; statuses tus adds get their reason phrase."""
-    try:
-        return await handler()
-    except ProblemError as exc:
-        exc.headers.setdefault("Tus-Resumable", tus.VERSION)
-        reason = tus.REASONS.get(exc.kind.status)
-        if reason is None:
-            raise
-        response = errors.problem_response(exc.body(request.get(REQUEST_ID)), exc.headers)
-        response.set_status(exc.kind.status, reason)
-        return response
-
-
-async def collection(request: web.Request) -> web.Response:
-    async def dispatch() -> web.Response:
-        method = _method(request)
-        if method == "OPTIONS":
-            return await options(request)
-        tus.check_version(request.headers)
-        if method == "POST":
-            return await create(request)
-        raise errors.METHOD_NOT_ALLOWED(
-            f"{method} is not allowed on {PREFIX}: OPTIONS, or POST to create an upload.",
-            headers={"Allow": "OPTIONS, POST"},
-        )
-
-    return await _tus(request, dispatch)
-
-
-async def resource(request: web.Request) -> web.Response:
-    upload_id = request.match_info["upload_id"]
-
-    async def dispatch() -> web.Response:
-        method = _method(request)
-        if method == "OPTIONS":
-            return await options(request)
-        tus.check_version(request.headers)
-        if method == "HEAD":
-            return await head(request, upload_id)
-        if method == "PATCH":
-            return await patch(request, upload_id)
-        if method == "DELETE":
-            return await delete(request, upload_id)
-        raise errors.METHOD_NOT_ALLOWED(
-            f"{method} is not allowed on an upload: HEAD, PATCH or DELETE.",
-            headers={"Allow": "OPTIONS, HEAD, PATCH, DELETE"},
-        )
-
-    return await _tus(request, dispatch)
-
-
-def setup(app: web.Application) -> None:
-    """Add the upload routes, and the uploads' state and garbage collector to the app's lifetime."""
-    app.router.add_route("*", PREFIX, collection)
-    app.router.add_route("*", PREFIX + "/{upload_id}", resource)
-    app.cleanup_ctx.append(_lifecycle)
-
-
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    config: PfsSection = app[CONFIG].pfs
-    uploads = Uploads(
-        app[ROOT],
-        app[USAGE],
-        app[STORE],
-        datacenter=app[DATACENTER],
-        max_size=config.max_upload_size,
-        expiry_seconds=config.upload_expiry_seconds,
-        read_timeout=config.upload_read_timeout,
-        quotas=app[QUOTAS],
-    )
-    try:
-        await uploads.load()
-        app[UPLOADS] = uploads
-
-        async def collect() -> None:
-            await uploads.collect()
-
-        async with background(GC_TASK, run_periodically(GC_TASK, collect, GC_INTERVAL)):
-            yield
-    finally:
-        uploads.close()

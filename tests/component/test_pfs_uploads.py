@@ -32,8 +32,9 @@ from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.pfs.app import create_app as create_pfs
 from paddlecloud.pfs.fsops import SHA256_XATTR
+from paddlecloud.pfs.keys import UPLOADS
 from paddlecloud.pfs.staging import Staging
-from paddlecloud.pfs.uploads import UPLOADS, Uploads
+from paddlecloud.pfs.uploads import Uploads
 from support import free_port, make_config
 
 try:

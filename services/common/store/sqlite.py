@@ -207,6 +207,25 @@ class SQLiteStore(Store):
         )
         return rows[0] if rows else None
 
+    async def _transition(
+        self,
+        table: str,
+        row_id: str,
+        expected: Collection[str],
+        state: str,
+        changes: dict[str, Any],
+        columns: str,
+    ) -> sqlite3.Row | None:
+        """Set `state` (and `changes`) on the row if its state is one of `expected`."""
+        wanted = _state_list(expected)
+        if not wanted:
+            return None
+        changes = {**changes, "state": state, "updated_at": _time_text(utcnow())}
+        # Compare and set in one statement: SQLite runs it atomically, so of two
+        # writers expecting the same state exactly one matches the row.
+        where = f"id = ? AND state IN ({_marks(wanted)})"
+        return await self._update(table, changes, where, (row_id, *wanted), columns)
+
     async def _write(self, sql: str, params: Sequence[Any] = (), *, what: str = "") -> int:
         """Run one writing statement; how many rows it changed."""
         conn = self._connection()
@@ -411,15 +430,7 @@ class SQLiteStore(Store):
         self, job_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Job | None:
         changes = _changes(fields, JOB_MUTABLE_FIELDS, "job")
-        wanted = _state_list(expected)
-        if not wanted:
-            return None
-        changes["state"] = state
-        changes["updated_at"] = _time_text(utcnow())
-        # Compare and set in one statement: SQLite runs it atomically, so of two
-        # writers expecting the same state exactly one matches the row.
-        where = f"id = ? AND state IN ({_marks(wanted)})"
-        row = await self._update("jobs", changes, where, (job_id, *wanted), _JOB_COLUMNS)
+        row = await self._transition("jobs", job_id, expected, state, changes, _JOB_COLUMNS)
         return _job(row) if row else None
 
     async def update_job(self, job_id: str, **fields: Any) -> Job | None:
@@ -523,13 +534,7 @@ class SQLiteStore(Store):
         self, build_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Build | None:
         changes = _changes(fields, BUILD_MUTABLE_FIELDS, "build")
-        wanted = _state_list(expected)
-        if not wanted:
-            return None
-        changes["state"] = state
-        changes["updated_at"] = _time_text(utcnow())
-        where = f"id = ? AND state IN ({_marks(wanted)})"
-        row = await self._update("builds", changes, where, (build_id, *wanted), _BUILD_COLUMNS)
+        row = await self._transition("builds", build_id, expected, state, changes, _BUILD_COLUMNS)
         return _build(row) if row else None
 
 
