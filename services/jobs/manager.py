@@ -127,6 +127,10 @@ def event_view(event: JobEvent) -> dict[str, Any]:
     }
 
 
+# How often one job asks for its build when the builder keeps stopping under it.
+MAX_BUILD_REQUESTS = 3
+
+
 @dataclass(frozen=True)
 class Submission:
     """A spec whose paths are resolved and checked, ready to start."""
@@ -400,6 +404,7 @@ class JobManager:
     async def _await_build(self, launch: Launch, build_id: str) -> None:
         job = launch.job
         identity = Identity(job.owner)
+        requests = 1
         while True:
             try:
                 build = await self._builder.get_build(identity, build_id)
@@ -408,6 +413,15 @@ class JobManager:
             except BuilderError as exc:
                 build = {"state": "FAILED", "reason": exc.detail}
             state = build.get("state")
+            if state == "FAILED" and build.get("interrupted") and requests <= MAX_BUILD_REQUESTS:
+                # The builder stopped mid-build (`paddlecloud server` restarted, say): that is
+                # no fault of the job's, so ask again; the build resumes from nothing or hits
+                # the cache if it got that far.
+                renewed = await self._request_again(launch, build_id)
+                if renewed is None:
+                    return
+                build_id, requests = renewed, requests + 1
+                continue
             if state in ("SUCCEEDED", "FAILED"):
                 break
             current = await self._store.get_job_by_id(job.id)
@@ -422,6 +436,37 @@ class JobManager:
                 await self._transition(current, FAILED, reason, finished_at=utcnow())
             return
         await self._start(replace(launch, runtime=Runtime.from_dict(build)))
+
+    async def _request_again(self, launch: Launch, old_build: str) -> str | None:
+        """Request the build of a BUILDING job again; its new id, or None when the job
+        no longer waits for one (killed) or the request failed (the job FAILED)."""
+        job = launch.job
+        current = await self._store.get_job_by_id(job.id)
+        if current is None or current.state != BUILDING:
+            return None
+        owner = Identity(job.owner)
+        try:
+            package = self._resolve(owner, "package", launch.spec.package, write=False)
+            requirements = await asyncio.to_thread(self._requirements, package, launch.package_kind)
+            if requirements is None:
+                raise Invalid(f"its {REQUIREMENTS} is gone", field="package")
+            build = await self._builder.request_build(
+                owner, requirements=requirements, base=None, package=launch.package
+            )
+        except (BuilderError, errors.DomainError, OSError) as exc:
+            detail = exc.detail if isinstance(exc, BuilderError) else str(exc)
+            reason = f"cannot build the environment again: {detail}"
+            await self._transition(current, FAILED, reason, finished_at=utcnow())
+            return None
+        new_id = str(build["id"])
+        current = await self._store.update_job(job.id, build_id=new_id) or current
+        await self._event(
+            current,
+            "notice",
+            "BuildRequestedAgain",
+            f"build {old_build} stopped with the builder; requested again as build {new_id}",
+        )
+        return new_id
 
     async def close(self) -> None:
         """Stop waiting for builds (they go on; a restarted service waits again)."""
