@@ -39,7 +39,7 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor, Exists, Invalid, NotFound
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli
-from paddlecloud.common.store import AlreadyExists, Job, Store, StoreError
+from paddlecloud.common.store import AlreadyExists, Job, Registry, Store, StoreError
 from paddlecloud.common.store.models import (
     ACTIVE_STATES,
     BUILDING,
@@ -74,7 +74,7 @@ from .errors import (
     SubmitBusy,
     UnknownUser,
 )
-from .spec import JobSpec
+from .spec import JobSpec, RegistrySpec
 
 log = structlog.get_logger(__name__)
 
@@ -114,6 +114,16 @@ def job_view(job: Job) -> dict[str, Any]:
         "started_at": iso(job.started_at),
         "finished_at": iso(job.finished_at),
         "spec": job.spec,
+    }
+
+
+def registry_view(registry: Registry) -> dict[str, Any]:
+    """A saved registry as the API shows it: never its password."""
+    return {
+        "name": registry.name,
+        "server": registry.server,
+        "username": registry.username,
+        "created_at": iso(registry.created_at),
     }
 
 
@@ -211,6 +221,13 @@ class JobManager:
         if spec.datacenter is not None and spec.datacenter != self._datacenter:
             message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
             raise Invalid(message, field="datacenter")
+        if spec.registry is not None and await self._store.get_registry(owner, spec.registry) is None:
+            raise Invalid(
+                f"no registry named {spec.registry!r} is saved for {owner}; save it with "
+                f"`paddlecloud registry -name {spec.registry} -server ... -username ... -password ...`, "
+                "or see `paddlecloud get registry`",
+                field="registry",
+            )
         package = self._resolve(identity, "package", spec.package, write=False)
         output = self._resolve(identity, "output", self._output(spec, owner), write=True)
         input_path = None
@@ -712,6 +729,23 @@ class JobManager:
             await self._store.delete_job(job.id)
             return None
         return await self._store.get_job_by_id(job.id)
+
+    # -- registry credentials ----------------------------------------------------------
+
+    async def save_registry(self, owner: str, spec: RegistrySpec) -> dict[str, Any]:
+        """Save (or replace) the owner's credentials for one registry; its view, no password."""
+        registry = Registry(owner, spec.name, spec.server, spec.username, spec.password)
+        await self._store.put_registry(registry)
+        log.info("registry_saved", owner=owner, registry=spec.name, server=spec.server)
+        return registry_view(registry)
+
+    async def registries(self, owner: str) -> list[dict[str, Any]]:
+        return [registry_view(r) for r in await self._store.list_registries(owner)]
+
+    async def delete_registry(self, owner: str, name: str) -> None:
+        if not await self._store.delete_registry(owner, name):
+            raise NotFound(f"no registry named {name[:64]!r}; `paddlecloud get registry` lists yours")
+        log.info("registry_deleted", owner=owner, registry=name)
 
     # -- reconcile -------------------------------------------------------------------
 

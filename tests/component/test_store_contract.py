@@ -704,3 +704,27 @@ async def test_a_lease_has_one_holder_until_released_or_expired(store: Store) ->
 async def test_concurrent_lease_takers_only_one_wins(store: Store) -> None:
     results = await asyncio.gather(*(store.acquire_lease("race", f"holder-{i}", 30) for i in range(8)))
     assert results.count(True) == 1
+
+
+async def test_registries_are_per_owner_by_name_and_saving_again_replaces(store: Store) -> None:
+    from paddlecloud.common.store import Registry
+
+    first = Registry("alice", "myreg", "registry.example.com", "alice", "s3cret")
+    await store.put_registry(first)
+    await store.put_registry(Registry("alice", "another", "r.example.org:5000", "al", "pw2"))
+    await store.put_registry(Registry("bob", "myreg", "bob.example.com", "bob", "bobs"))
+    assert await store.get_registry("alice", "myreg") == first
+    assert await store.get_registry("alice", "none") is None
+    assert [r.name for r in await store.list_registries("alice")] == ["another", "myreg"]
+    assert [r.server for r in await store.list_registries("bob")] == ["bob.example.com"]
+    assert "s3cret" not in repr(first)
+
+    replaced = Registry("alice", "myreg", "registry.example.com", "alice2", "new")
+    await store.put_registry(replaced)
+    assert await store.get_registry("alice", "myreg") == replaced
+    assert len(await store.list_registries("alice")) == 2
+
+    assert await store.delete_registry("alice", "myreg") is True
+    assert await store.delete_registry("alice", "myreg") is False
+    assert await store.get_registry("alice", "myreg") is None
+    assert await store.get_registry("bob", "myreg") is not None
