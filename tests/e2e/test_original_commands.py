@@ -77,3 +77,38 @@ def test_registry_credentials_are_saved_listed_without_the_password_used_and_del
     assert "myreg" not in ok(paddlectl(server, "paddlectl get registry"))
     logs = "".join(p.read_text(errors="replace") for p in (server.data_dir / "logs").glob("*.log"))
     assert "s3cret" not in logs
+
+
+def test_the_paddlecloud_designs_short_forms_and_verbs(server: Any, tmp_path: Path) -> None:
+    package = tmp_path / "job_word_emb"
+    (package / "modules").mkdir(parents=True)
+    (package / "train.py").write_text("import os; print('trainer', os.environ['TRAINER_ID'])\n")
+    (package / "modules" / "train.py").write_text("# the v1 topology\n")
+    out = ok(
+        paddlectl(
+            server, "paddlecloud submit ./job_word_emb -p 4 -c 2 -m 10Gi -t modules/train.py", cwd=tmp_path
+        )
+    )
+    name = next(line.split()[2] for line in out.splitlines() if line.startswith("Started job "))
+    job = json.loads(ok(paddlectl(server, f"paddlectl -o json status {name}")))
+    spec = job["spec"]
+    assert (spec["trainers"], spec["cpu"], spec["memory"], spec["topology"]) == (
+        4,
+        "2",
+        "10Gi",
+        "modules/train.py",
+    )
+    assert spec["entry"] == "python train.py"  # -m is the memory, not `python -m 10Gi`
+    assert name in ok(paddlectl(server, "paddlecloud list -a"))
+    assert name in ok(paddlectl(server, "paddlecloud jobs -a"))
+    ok(paddlectl(server, f"paddlecloud cancel {name}"))
+
+    # A spec the server refuses never "starts": one line, and no "Starting job" before it.
+    refused = paddlectl(server, "paddlectl submit -memory 10GB ./job_word_emb", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "Start" not in refused.stdout, refused.stdout
+    assert "Value error" not in refused.stderr and "memory" in refused.stderr
+
+    # A bare paddlectl prints help, naming itself.
+    bare = paddlectl(server, "paddlectl")
+    assert bare.returncode == 0 and bare.stdout.startswith("usage: paddlectl")
