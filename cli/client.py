@@ -539,6 +539,23 @@ class AsyncClient:
         """Your usage against your limits (cpu, gpu, memory, jobs, storage), and the GPUs held."""
         return await self._answer(Quota, "GET", "quota")
 
+    async def registries(self) -> list[dict[str, Any]]:
+        """Your saved registry credentials, by name: `{name, server, username, created_at}`
+        each (the password is never sent back)."""
+        body = await self.request("GET", "registries")
+        return list(body.get("registries") or []) if isinstance(body, dict) else []
+
+    async def save_registry(self, name: str, server: str, username: str, password: str) -> dict[str, Any]:
+        """Save credentials for a container registry under `name` (replacing any of that
+        name); a job names them with `registry=name`."""
+        body = {"name": name, "server": server, "username": username, "password": password}
+        answer = await self.request("POST", "registries", json=body)
+        return dict(answer) if isinstance(answer, dict) else {}
+
+    async def delete_registry(self, name: str) -> None:
+        """Forget the saved registry `name`."""
+        await self.request("DELETE", f"registries/{quote(name, safe='')}")
+
     async def kill(self, name: str, rm: bool = False) -> Job | None:
         """Stop every process of the job (it ends KILLED if it was still active) and return it;
         with `rm` also remove it and its logs from history (returns None then)."""
@@ -1059,6 +1076,9 @@ class Client:
     workers = _blocking(AsyncClient.workers)
     events = _blocking(AsyncClient.events)
     quota = _blocking(AsyncClient.quota)
+    registries = _blocking(AsyncClient.registries)
+    save_registry = _blocking(AsyncClient.save_registry)
+    delete_registry = _blocking(AsyncClient.delete_registry)
     kill = _blocking(AsyncClient.kill)
     wait = _blocking(AsyncClient.wait)
 

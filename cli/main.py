@@ -166,6 +166,10 @@ def main(
     stdin = stdin or sys.stdin
 
     parser = build_parser(prog)
+    if not argv:
+        # A bare `paddlectl` shows what it can do, as the original did.
+        stdout.write(parser.format_help())
+        return EXIT_OK
     try:
         # argparse prints help and usage errors to sys.stdout / sys.stderr itself.
         with redirect_stdout(stdout), redirect_stderr(stderr):

@@ -152,6 +152,26 @@ async def source(request: web.Request) -> web.StreamResponse:
     return response
 
 
+TRICKLE_RELEASE: web.AppKey[asyncio.Event] = web.AppKey("trickle_release", asyncio.Event)
+TRICKLE_ASKED: web.AppKey[asyncio.Event] = web.AppKey("trickle_asked", asyncio.Event)
+
+
+async def trickle(request: web.Request) -> web.StreamResponse:
+    """A line now, the rest once the test sets the app's `TRICKLE_RELEASE` (like `logs -f`);
+    with `?quiet=1`, nothing at all until then, not even the status line."""
+    request.app[TRICKLE_ASKED].set()
+    if request.query.get("quiet"):
+        await request.app[TRICKLE_RELEASE].wait()
+    response = web.StreamResponse()
+    await response.prepare(request)
+    await response.write(b"first line\n")
+    await request.app[TRICKLE_RELEASE].wait()
+    for _ in range(64):
+        await response.write(b"x" * 65536 + b"\n")
+    await response.write_eof()
+    return response
+
+
 def pattern_sha256(size: int) -> str:
     block = bytes(range(256)) * 4096
     digest = hashlib.sha256()
@@ -170,11 +190,15 @@ def create_upstream_app(config: Config, service: str = "pfs") -> web.Application
     app.router.add_route("*", f"{prefix}/echo", echo)
     app.router.add_post(f"{prefix}/sink", sink)
     app.router.add_put(f"{prefix}/sink", sink)
+    app.router.add_patch(f"{prefix}/sink", sink)
     app.router.add_get(f"{prefix}/source", source)
     # What the gateway asks of jobs and pfs when an admin deletes a user.
     internal = {"pfs": "/api/v1/pfs/homes/{name}", "jobs": "/api/v1/users/{name}/jobs"}.get(service)
     if internal is not None:
         app.router.add_delete(internal, echo)
+    app.router.add_get(f"{prefix}/trickle", trickle)
+    app[TRICKLE_RELEASE] = asyncio.Event()
+    app[TRICKLE_ASKED] = asyncio.Event()
     return app
 
 

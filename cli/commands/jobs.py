@@ -102,7 +102,7 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
         "trainers": args.parallelism,
         "pservers": args.pservers,
         "cpu": args.cpu,
-        "gpu": args.gpu,
+        "gpu": args.gpu if args.gpu is not None or not getattr(args, "use_gpu", False) else 1,
         "memory": args.memory,
         "pscpu": args.pscpu,
         "psmemory": args.psmemory,
@@ -228,9 +228,10 @@ async def submit(ctx: Context, args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(ctx, spec, await client.submit(spec, dry_run=True))
 
-    steps.say(f"Starting job {spec['name']} ({_shape(spec)})")
+    # Said once the server took the job: a spec it refuses never "starts".
     job = await client.submit(spec)
     name = job.name or spec["name"]
+    steps.say(f"Started job {name} ({_shape(spec)})")
     if not args.follow:
         ctx.emit(job.to_dict(), lambda: _started_text(ctx, name, job))
         return 0
@@ -346,8 +347,19 @@ JOB_COLUMNS: list[Column] = [
     ("TRAINERS", _spec_of("trainers")),
     ("PSERVERS", _spec_of("pservers")),
     ("AGE", lambda job: age(job.get("created_at"))),
-    ("REASON", "reason"),
+    ("REASON", lambda job: shorten(job.get("reason"))),
 ]
+# A table's REASON cell; `get job` and `-o json` keep the whole reason.
+REASON_WIDTH = 80
+
+
+def shorten(text: Any, width: int = REASON_WIDTH) -> Any:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    if not isinstance(text, str):
+        return text
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
+
 
 WORKER_COLUMNS: list[Column] = [
     ("NAME", "name"),
@@ -574,6 +586,18 @@ def _quantity(value: str) -> str:
     return value.strip()
 
 
+def _memory(value: str) -> str:
+    """A memory quantity; `-m trainer.main` (a module, as a newer habit would have it) is
+    refused saying which spelling means which."""
+    value = _quantity(value)
+    if not (value[0].isdigit() or value[0] == "."):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a quantity such as 10Gi: -m/-memory is the memory per trainer "
+            "(as in the original docs); run a Python module with --module"
+        )
+    return value
+
+
 def _split_output(arg_strings: Sequence[str]) -> list[str]:
     """`submit --output X`: the global output format when X is one (json, yaml, table), else the
     job's output path; `-o` is always the format and `--output-path` always the path."""
@@ -627,6 +651,7 @@ def _register_submit(tree: CommandTree) -> None:
     parser = tree.command(
         "submit",
         submit,
+        aliases=["train"],
         help="submit a training job: pack and upload its package, start it",
         description=(
             "Submit a job of parameter servers and trainers. A local package directory is packed\n"
@@ -655,7 +680,13 @@ def add_submit_flags(parser: ArgumentParser) -> None:
         metavar="CMD",
         help='the command each worker runs (default "python train.py")',
     )
-    add_flag(job, "module", short="-m", metavar="MODULE", help="run `python -m MODULE` (instead of --entry)")
+    add_flag(
+        job,
+        "module",
+        "module-name",
+        metavar="MODULE",
+        help="run `python -m MODULE` (instead of --entry); -m is the memory, as in the original docs",
+    )
     add_flag(
         job,
         "env",
@@ -673,9 +704,9 @@ def add_submit_flags(parser: ArgumentParser) -> None:
         metavar="PFS_PATH",
         help="the job's output on PFS (also --output)",
     )
-    add_flag(job, "image", metavar="IMAGE", help="the container image to run in (Kubernetes)")
+    add_flag(job, "image", "base-image", metavar="IMAGE", help="the container image to run in (Kubernetes)")
     add_flag(job, "registry", metavar="NAME", help="saved registry credentials to pull the image with")
-    add_flag(job, "topology", metavar="FILE", help="the Paddle v1 config file (deprecated)")
+    add_flag(job, "topology", short="-t", metavar="FILE", help="the Paddle v1 config file (deprecated)")
     add_flag(job, "passes", type=_count, metavar="N", help="passes over the data (PADDLE_INIT_NUM_PASSES)")
     add_flag(
         job,
@@ -686,11 +717,34 @@ def add_submit_flags(parser: ArgumentParser) -> None:
     )
 
     sizes = parser.add_argument_group("workers and resources")
-    add_flag(sizes, "parallelism", "trainers", type=_count, metavar="N", help="trainers (default 1)")
-    add_flag(sizes, "pservers", type=_count, metavar="N", help="parameter servers (default 0)")
-    add_flag(sizes, "cpu", type=_quantity, metavar="Q", help="CPUs per trainer, such as 1 or 500m")
-    add_flag(sizes, "gpu", type=_count, metavar="N", help="GPUs per trainer")
-    add_flag(sizes, "memory", type=_quantity, metavar="Q", help="memory per trainer, such as 1Gi or 512Mi")
+    add_flag(
+        sizes,
+        "parallelism",
+        "trainers",
+        "trainer-count",
+        short="-p",
+        type=_count,
+        metavar="N",
+        help="trainers (default 1)",
+    )
+    add_flag(
+        sizes, "pservers", "pserver-count", type=_count, metavar="N", help="parameter servers (default 0)"
+    )
+    add_flag(
+        sizes, "cpu", short="-c", type=_quantity, metavar="Q", help="CPUs per trainer, such as 1 or 500m"
+    )
+    add_flag(sizes, "gpu", "trainer-gpu-num", type=_count, metavar="N", help="GPUs per trainer")
+    add_flag(
+        sizes, "use-gpu", action="store_true", help="give each trainer a GPU (unless --gpu says how many)"
+    )
+    add_flag(
+        sizes,
+        "memory",
+        short="-m",
+        type=_memory,
+        metavar="Q",
+        help="memory per trainer, such as 1Gi or 512Mi",
+    )
     add_flag(sizes, "pscpu", type=_quantity, metavar="Q", help="CPUs per parameter server")
     add_flag(sizes, "psmemory", type=_quantity, metavar="Q", help="memory per parameter server")
 
@@ -771,9 +825,32 @@ def _positive(value: str) -> int:
     return number
 
 
+def _register_verbs(tree: CommandTree) -> None:
+    """The original client's verbs: `jobs`/`list` are `get jobs`, `status JOB` is `get job JOB`
+    (and `train` is `submit`, `cancel` is `kill`, registered with those)."""
+    listing = tree.command(
+        "jobs",
+        get_jobs,
+        aliases=["list"],
+        help="list your jobs (same as get jobs)",
+        epilog="examples:\n  paddlecloud jobs\n  paddlecloud list -a\n",
+    )
+    add_flag(listing, "all", short="-a", action="store_true", help="finished jobs too")
+    add_flag(listing, "state", action="append", type=str.upper, metavar="STATE", help="only this state")
+    add_flag(listing, "limit", type=_positive, metavar="N", help="at most N jobs")
+    status = tree.command(
+        "status",
+        get_job,
+        help="show one job (same as get job)",
+        epilog="examples:\n  paddlecloud status fit-a-line\n",
+    )
+    status.add_argument("job", metavar="JOB")
+
+
 def register(tree: CommandTree) -> None:
     _register_submit(tree)
     _register_get(tree)
+    _register_verbs(tree)
 
     follow = tree.command(
         "logs",
@@ -822,6 +899,7 @@ def register(tree: CommandTree) -> None:
     stop = tree.command(
         "kill",
         kill,
+        aliases=["cancel"],
         help="stop a job (-rm: and remove it from history)",
         description=(
             "Stop every process of a job; it ends KILLED. With -rm it is also removed from your\n"

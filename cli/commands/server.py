@@ -7,7 +7,7 @@ from pathlib import Path
 
 from paddlecloud.common import cgroups, sandbox
 from paddlecloud.common.config import load_config as load_server_config
-from paddlecloud.common.platform import ADMIN, Platform, run_platform
+from paddlecloud.common.platform import ADMIN, Platform, StartupError, run_platform
 
 from ..config import ClientConfig, ConfigMissing, Datacenter, load_config, save_config
 from ..context import Context
@@ -73,7 +73,11 @@ async def server(ctx: Context, args: argparse.Namespace) -> int:
         datacenter=args.datacenter_name,
         log=lambda line: print(f"paddlecloud server: {line}", file=ctx.stderr, flush=True),
     )
-    new_password = platform.prepare()
+    try:
+        new_password = platform.prepare()
+    except StartupError as exc:
+        platform.log(str(exc))
+        return 1
 
     def on_ready(running: Platform) -> None:
         out = ctx.stdout

@@ -280,6 +280,8 @@ class Builder:
             "created_at": iso(build.created_at),
             "finished_at": iso(build.finished_at),
             "cached": bool(build.info.get("cached")) if cached is None else cached,
+            # Failed only because the builder stopped: the same request again will build it.
+            "interrupted": build.state == FAILED and build.reason in (RESTARTED, STOPPED),
         }
         for name in self._backend.artifact_fields:
             view[name] = artifact.get(name) if available else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -91,11 +92,64 @@ class Platform:
         self.children: dict[str, Child] = {}
         self._stopping = asyncio.Event()
         self.endpoint = ""
+        self._lock_fd: int | None = None
+
+    # The data directory's lock ------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        return self.data_dir / "server.lock"
+
+    def lock(self) -> None:
+        """Hold an exclusive lock on the data directory for as long as this process runs.
+
+        Two servers on one data directory would share the store and each clean up what it
+        takes for the other's leftovers (the builder kills "interrupted" builds on start), so
+        the second refuses, naming the first. The lock is an flock on `server.lock`: the
+        kernel drops it when the holder dies, so a crashed server never blocks the next.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._lock_holder(fd)
+            os.close(fd)
+            raise StartupError(
+                f"another paddlecloud server ({holder}) is running on {self.data_dir}; "
+                "stop it, or give this one another --data-dir"
+            ) from None
+        self._lock_fd = fd
+        self._write_lock({"pid": os.getpid()})
+
+    def _lock_holder(self, fd: int) -> str:
+        try:
+            holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        except (OSError, ValueError):
+            holder = {}
+        pid = holder.get("pid", "unknown")
+        port = holder.get("port")
+        return f"pid {pid}, port {port}" if port is not None else f"pid {pid}, still starting"
+
+    def _write_lock(self, holder: dict[str, Any]) -> None:
+        if self._lock_fd is None:
+            return
+        data = json.dumps(holder).encode()
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, data, 0)
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
 
     # Set-up -----------------------------------------------------------------
 
     def prepare(self) -> str | None:
-        """Create the data directory and secrets; the new admin password on a first run."""
+        """Lock the data directory, create it and its secrets; the new admin password on a
+        first run. `StartupError` when another server holds the directory."""
+        if self._lock_fd is None:
+            self.lock()
         for d in (self.data_dir, self.run_dir, self.log_dir, self.data_dir / "pfs"):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o700)
@@ -120,6 +174,7 @@ class Platform:
         port = gateway.getsockname()[1]
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.endpoint = f"http://{host}:{port}"
+        self._write_lock({"pid": os.getpid(), "port": port, "endpoint": self.endpoint})
         self.children["gateway"] = Child("gateway", gateway, self.endpoint)
         for child in self.children.values():
             child.log_path = self.log_dir / f"{child.name}.log"
@@ -280,9 +335,10 @@ async def run_platform(platform: Platform, on_ready: Callable[[Platform], None])
         on_ready(platform)
         await platform.supervise()
     except StartupError as exc:
-        platform.log(f"paddlecloud server: {exc}")
+        platform.log(str(exc))  # `log` adds the "paddlecloud server:" prefix itself
         return 1
     finally:
         await platform.stop()
         platform.log("stopped")
+        platform.unlock()
     return 0

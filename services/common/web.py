@@ -327,6 +327,10 @@ def validation_problem(exc: ValidationError) -> errors.ProblemError:
             message = "unknown field"
         elif error["type"] in ("model_type", "model_attributes_type", "dict_type") and not error["loc"]:
             message = "the body must be a JSON object"
+        elif error["type"] == "value_error":
+            # A validator's own ValueError: its message is the sentence, without pydantic's
+            # "Value error, " in front of it.
+            message = str(error.get("ctx", {}).get("error") or error["msg"].removeprefix("Value error, "))
         else:
             message = error["msg"]
         fields.append({"field": field, "message": message})

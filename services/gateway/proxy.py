@@ -113,7 +113,8 @@ class Upstream:
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             log.warning("upstream_timeout", upstream=self.name)
             raise errors.UPSTREAM_TIMEOUT(f"The {self.name} service did not answer in time.") from exc
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            # An upload's body (a tus PATCH) read from a caller who hangs up fails as either.
             if request.transport is None or request.transport.is_closing():
                 # The caller went away while we were sending its body upstream.
                 log.info("client_disconnected", upstream=self.name)
@@ -138,10 +139,13 @@ class Upstream:
             del headers["Content-Length"]
             return web.Response(status=upstream.status, reason=upstream.reason, body=body, headers=headers)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-        await response.prepare(request)
         try:
+            # The caller may be gone before the status line (a `logs -f` whose service answers
+            # late) or before the end: each write, the first and the last too, can find it gone.
+            await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
+            await response.write_eof()
         except ConnectionError:
             # The caller hung up: a reset, a broken pipe, or a bare ConnectionError from a
             # write that was waiting for the caller to read. Cut our end too, so that aiohttp
@@ -157,5 +161,4 @@ class Upstream:
             if request.transport is not None:
                 request.transport.close()
             return response
-        await response.write_eof()
         return response

@@ -24,7 +24,7 @@ from paddlecloud.common.web import (
 from .backend import LogQuery
 from .keys import MANAGER
 from .manager import event_view, job_view
-from .spec import parse_submission
+from .spec import RegistrySpec, parse_submission
 
 MAX_LIST_LIMIT = 500
 ROLES = {"pserver": "PSERVER", "trainer": "TRAINER"}
@@ -41,6 +41,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/quota", get_quota)
     # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
     app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
+    app.router.add_get("/api/v1/registries", list_registries)
+    app.router.add_post("/api/v1/registries", save_registry)
+    app.router.add_delete("/api/v1/registries/{name}", delete_registry)
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -114,6 +117,27 @@ async def forget_user(request: web.Request) -> web.Response:
 
 async def get_quota(request: web.Request) -> web.Response:
     return json_response(await request.app[MANAGER].quota(request[IDENTITY].user))
+
+
+async def list_registries(request: web.Request) -> web.Response:
+    registries = await request.app[MANAGER].registries(request[IDENTITY].user)
+    return json_response({"registries": registries})
+
+
+async def save_registry(request: web.Request) -> web.Response:
+    try:
+        spec = RegistrySpec.model_validate(await read_json(request))
+    except ValidationError as exc:
+        raise validation_problem(exc) from exc
+    registry = await request.app[MANAGER].save_registry(request[IDENTITY].user, spec)
+    response = json_response(registry, status=201)
+    response.headers["Location"] = f"/api/v1/registries/{spec.name}"
+    return response
+
+
+async def delete_registry(request: web.Request) -> web.Response:
+    await request.app[MANAGER].delete_registry(request[IDENTITY].user, request.match_info["name"])
+    return web.Response(status=204)
 
 
 async def get_logs(request: web.Request) -> web.StreamResponse:

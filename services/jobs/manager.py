@@ -39,7 +39,7 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor, Exists, Invalid, NotFound
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli
-from paddlecloud.common.store import AlreadyExists, Job, Store, StoreError
+from paddlecloud.common.store import AlreadyExists, Job, Registry, Store, StoreError
 from paddlecloud.common.store.models import (
     ACTIVE_STATES,
     BUILDING,
@@ -74,7 +74,7 @@ from .errors import (
     SubmitBusy,
     UnknownUser,
 )
-from .spec import JobSpec
+from .spec import JobSpec, RegistrySpec
 
 log = structlog.get_logger(__name__)
 
@@ -117,6 +117,16 @@ def job_view(job: Job) -> dict[str, Any]:
     }
 
 
+def registry_view(registry: Registry) -> dict[str, Any]:
+    """A saved registry as the API shows it: never its password."""
+    return {
+        "name": registry.name,
+        "server": registry.server,
+        "username": registry.username,
+        "created_at": iso(registry.created_at),
+    }
+
+
 def event_view(event: JobEvent) -> dict[str, Any]:
     return {
         "time": iso(event.time),
@@ -125,6 +135,10 @@ def event_view(event: JobEvent) -> dict[str, Any]:
         "message": event.message,
         "state": event.state,
     }
+
+
+# How often one job asks for its build when the builder keeps stopping under it.
+MAX_BUILD_REQUESTS = 3
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,13 @@ class JobManager:
         if spec.datacenter is not None and spec.datacenter != self._datacenter:
             message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
             raise Invalid(message, field="datacenter")
+        if spec.registry is not None and await self._store.get_registry(owner, spec.registry) is None:
+            raise Invalid(
+                f"no registry named {spec.registry!r} is saved for {owner}; save it with "
+                f"`paddlecloud registry -name {spec.registry} -server ... -username ... -password ...`, "
+                "or see `paddlecloud get registry`",
+                field="registry",
+            )
         package = self._resolve(identity, "package", spec.package, write=False)
         output = self._resolve(identity, "output", self._output(spec, owner), write=True)
         input_path = None
@@ -400,6 +421,7 @@ class JobManager:
     async def _await_build(self, launch: Launch, build_id: str) -> None:
         job = launch.job
         identity = Identity(job.owner)
+        requests = 1
         while True:
             try:
                 build = await self._builder.get_build(identity, build_id)
@@ -408,6 +430,15 @@ class JobManager:
             except BuilderError as exc:
                 build = {"state": "FAILED", "reason": exc.detail}
             state = build.get("state")
+            if state == "FAILED" and build.get("interrupted") and requests <= MAX_BUILD_REQUESTS:
+                # The builder stopped mid-build (`paddlecloud server` restarted, say): that is
+                # no fault of the job's, so ask again; the build resumes from nothing or hits
+                # the cache if it got that far.
+                renewed = await self._request_again(launch, build_id)
+                if renewed is None:
+                    return
+                build_id, requests = renewed, requests + 1
+                continue
             if state in ("SUCCEEDED", "FAILED"):
                 break
             current = await self._store.get_job_by_id(job.id)
@@ -422,6 +453,37 @@ class JobManager:
                 await self._transition(current, FAILED, reason, finished_at=utcnow())
             return
         await self._start(replace(launch, runtime=Runtime.from_dict(build)))
+
+    async def _request_again(self, launch: Launch, old_build: str) -> str | None:
+        """Request the build of a BUILDING job again; its new id, or None when the job
+        no longer waits for one (killed) or the request failed (the job FAILED)."""
+        job = launch.job
+        current = await self._store.get_job_by_id(job.id)
+        if current is None or current.state != BUILDING:
+            return None
+        owner = Identity(job.owner)
+        try:
+            package = self._resolve(owner, "package", launch.spec.package, write=False)
+            requirements = await asyncio.to_thread(self._requirements, package, launch.package_kind)
+            if requirements is None:
+                raise Invalid(f"its {REQUIREMENTS} is gone", field="package")
+            build = await self._builder.request_build(
+                owner, requirements=requirements, base=None, package=launch.package
+            )
+        except (BuilderError, errors.DomainError, OSError) as exc:
+            detail = exc.detail if isinstance(exc, BuilderError) else str(exc)
+            reason = f"cannot build the environment again: {detail}"
+            await self._transition(current, FAILED, reason, finished_at=utcnow())
+            return None
+        new_id = str(build["id"])
+        current = await self._store.update_job(job.id, build_id=new_id) or current
+        await self._event(
+            current,
+            "notice",
+            "BuildRequestedAgain",
+            f"build {old_build} stopped with the builder; requested again as build {new_id}",
+        )
+        return new_id
 
     async def close(self) -> None:
         """Stop waiting for builds (they go on; a restarted service waits again)."""
@@ -678,8 +740,28 @@ class JobManager:
             current = await self._store.get_job_by_id(job.id) or job
             await self._backend.remove(current)
             await self._store.delete_job(job.id)
+        # Their saved registry credentials go too: a later account of the name gets none.
+        for registry in await self._store.list_registries(user):
+            await self._store.delete_registry(user, registry.name)
         log.info("user_jobs_forgotten", user=user, jobs=len(jobs), by=admin.user)
         return len(jobs)
+
+    # -- registry credentials ----------------------------------------------------------
+
+    async def save_registry(self, owner: str, spec: RegistrySpec) -> dict[str, Any]:
+        """Save (or replace) the owner's credentials for one registry; its view, no password."""
+        registry = Registry(owner, spec.name, spec.server, spec.username, spec.password)
+        await self._store.put_registry(registry)
+        log.info("registry_saved", owner=owner, registry=spec.name, server=spec.server)
+        return registry_view(registry)
+
+    async def registries(self, owner: str) -> list[dict[str, Any]]:
+        return [registry_view(r) for r in await self._store.list_registries(owner)]
+
+    async def delete_registry(self, owner: str, name: str) -> None:
+        if not await self._store.delete_registry(owner, name):
+            raise NotFound(f"no registry named {name[:64]!r}; `paddlecloud get registry` lists yours")
+        log.info("registry_deleted", owner=owner, registry=name)
 
     # -- reconcile -------------------------------------------------------------------
 

@@ -298,6 +298,45 @@ class JobSpec(BaseModel):
         return self.model_dump(mode="json")
 
 
+_REGISTRY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,62}$")
+
+
+class RegistrySpec(BaseModel):
+    """`POST /api/v1/registries`: credentials for one container registry, saved by name
+    (`paddlecloud registry -username U -password P -server S -name N`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
+
+    name: str
+    server: str
+    username: str
+    password: str = Field(repr=False, min_length=1, max_length=4096)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        # Looser than a job's name: the original docs write `-name N`. A Kubernetes backend
+        # derives its Secret's name (lowercase, DNS-1123) from it, never uses it as is.
+        if not _REGISTRY_NAME.match(value):
+            raise _error(
+                "name",
+                f"{value[:80]!r} is not a registry name: use letters, digits, '-', '_' and '.', "
+                "starting with a letter (at most 63 characters)",
+            )
+        return value
+
+    @field_validator("server", "username")
+    @classmethod
+    def _word(cls, value: str) -> str:
+        if not _TOKEN.match(value) or len(value) > 512:
+            raise _error("token", f"{value[:80]!r} must be non-empty, without spaces or control characters")
+        return value
+
+    def view(self) -> dict[str, Any]:
+        """What the API shows of a saved registry: never the password."""
+        return {"name": self.name, "server": self.server, "username": self.username}
+
+
 def parse_submission(data: Any) -> JobSpec:
     """The spec of a `POST /api/v1/jobs` body, in the current or the original spelling.
 

@@ -206,6 +206,9 @@ async def test_quota_quantities_are_checked(gateway: Gateway) -> None:
     fields = {e["field"]: e["message"] for e in body["errors"]}
     assert "Gi" in fields["memory"] and "GB" in fields["memory"]
     assert "cpu" in fields
+    # The validator's sentence, without pydantic's wording in front of it.
+    assert fields["memory"].startswith("'1GB'"), fields["memory"]
+    assert "Value error" not in body["detail"], body["detail"]
 
 
 async def test_malformed_json_is_400(gateway: Gateway) -> None:

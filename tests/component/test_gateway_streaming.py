@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 
 from support import (
     ADMIN_PASSWORD,
+    TRICKLE_ASKED,
+    TRICKLE_RELEASE,
     ServiceProcess,
     create_upstream_app,
     make_config,
@@ -42,12 +45,24 @@ async def body(size: int) -> AsyncIterator[bytes]:
         sent += len(piece)
 
 
-async def start_in_front_of_pfs(gateway: ServiceProcess, tmp_path: Path, aiohttp_server: Any) -> str:
+async def start_in_front_of_pfs(
+    gateway: ServiceProcess, tmp_path: Path, aiohttp_server: Any, app: Any = None
+) -> str:
     """Start the gateway process with a test upstream as its pfs service; its URL."""
-    upstream = await aiohttp_server(create_upstream_app(make_config(tmp_path), "pfs"))
+    upstream = await aiohttp_server(app or create_upstream_app(make_config(tmp_path), "pfs"))
     gateway.config_path = write_config(tmp_path, gateway={"pfs_url": str(upstream.make_url(""))})
     gateway.start()
     return gateway.url
+
+
+async def logged(gateway: ServiceProcess, event: str, timeout: float = 10.0) -> str:
+    """The gateway's log once it holds `event` (its JSON log lines name events)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        text = gateway.log_path.read_text(errors="replace")
+        if f'"{event}"' in text or asyncio.get_running_loop().time() > deadline:
+            return text
+        await asyncio.sleep(0.05)
 
 
 async def admin_headers(session: aiohttp.ClientSession, url: str) -> dict[str, str]:
@@ -125,3 +140,67 @@ async def test_a_caller_hanging_up_mid_download_is_not_a_failure(
             await asyncio.sleep(0.05)
     assert f'paddlecloud_http_requests_total{{{route},status="200"}} 1.0' in text
     assert f'{route},status="500"' not in text
+
+
+async def test_a_caller_hanging_up_before_a_quiet_stream_began_is_logged_as_a_hang_up(
+    tmp_path, aiohttp_server, gateway_process: ServiceProcess
+) -> None:
+    """`logs -f` of a job whose service answers late: the caller gives up before the status line."""
+    app = create_upstream_app(make_config(tmp_path), "pfs")
+    url = await start_in_front_of_pfs(gateway_process, tmp_path, aiohttp_server, app)
+    async with aiohttp.ClientSession() as session:
+        headers = await admin_headers(session, url)
+        request = asyncio.ensure_future(session.get(f"{url}/api/v1/pfs/trickle?quiet=1", headers=headers))
+        await asyncio.wait_for(app[TRICKLE_ASKED].wait(), 10)  # the gateway passed the request on
+        request.cancel()  # hang up while the upstream has not answered
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+    app[TRICKLE_RELEASE].set()
+    text = await logged(gateway_process, "client_disconnected")
+    assert '"client_disconnected"' in text, text[-3000:]
+    assert "unhandled_exception" not in text, text[-3000:]
+
+
+async def test_a_caller_hanging_up_on_a_followed_stream_is_logged_as_a_hang_up(
+    tmp_path, aiohttp_server, gateway_process: ServiceProcess
+) -> None:
+    """`logs -f` through the gateway: the caller hangs up while the upstream is quiet; when the
+    upstream speaks again (or ends), the gateway finds the caller gone. That is routine: logged
+    `client_disconnected`, never `unhandled_exception`."""
+    app = create_upstream_app(make_config(tmp_path), "pfs")
+    url = await start_in_front_of_pfs(gateway_process, tmp_path, aiohttp_server, app)
+    async with aiohttp.ClientSession() as session:
+        headers = await admin_headers(session, url)
+        resp = await session.get(f"{url}/api/v1/pfs/trickle", headers=headers)
+        assert resp.status == 200
+        assert await resp.content.readline() == b"first line\n"
+        resp.close()  # hang up while the upstream says nothing
+        await asyncio.sleep(0)
+    app[TRICKLE_RELEASE].set()
+    text = await logged(gateway_process, "client_disconnected")
+    assert '"client_disconnected"' in text, text[-3000:]
+    assert "unhandled_exception" not in text, text[-3000:]
+
+
+async def test_a_caller_hanging_up_mid_upload_is_logged_as_a_hang_up(
+    tmp_path, aiohttp_server, gateway_process: ServiceProcess
+) -> None:
+    """An upload's body (a tus PATCH) that stops halfway because the caller went away."""
+    url = await start_in_front_of_pfs(gateway_process, tmp_path, aiohttp_server)
+    async with aiohttp.ClientSession() as session:
+        headers = await admin_headers(session, url)
+    host, port = url.removeprefix("http://").split(":")
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        (
+            "PATCH /api/v1/pfs/sink HTTP/1.1\r\n"
+            f"Host: {host}\r\nAuthorization: {headers['Authorization']}\r\n"
+            "Content-Type: application/offset+octet-stream\r\nContent-Length: 10000000\r\n\r\n"
+        ).encode()
+        + BLOCK
+    )
+    await writer.drain()
+    writer.transport.abort()  # hang up with 9 MB still to send
+    text = await logged(gateway_process, "client_disconnected")
+    assert '"client_disconnected"' in text, text[-3000:]
+    assert "unhandled_exception" not in text, text[-3000:]

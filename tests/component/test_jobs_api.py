@@ -503,3 +503,42 @@ async def test_an_image_is_said_to_be_ignored_by_the_backend_that_ignores_it(job
     assert job["state"] == "SUCCEEDED", job["reason"]
     ignored = [e for e in job["events"] if e["reason"] == "ImageIgnored"]
     assert len(ignored) == 1 and "python:3.11" in ignored[0]["message"], job["events"]
+
+
+async def test_registry_credentials_are_saved_listed_without_the_password_and_deleted(jobs: Jobs) -> None:
+    body = {"name": "myreg", "server": "registry.example.com:5000", "username": "al", "password": "s3cret"}
+    resp = await jobs.call("POST", "registries", json=body)
+    saved = await resp.json()
+    assert resp.status == 201, saved
+    assert saved["name"] == "myreg" and "password" not in saved
+    assert resp.headers["Location"] == "/api/v1/registries/myreg"
+
+    resp = await jobs.call("GET", "registries")
+    listed = await resp.json()
+    assert [r["name"] for r in listed["registries"]] == ["myreg"]
+    assert "s3cret" not in await resp.text()
+    assert (await (await jobs.call("GET", "registries", who="bob")).json())["registries"] == []
+
+    bad = await jobs.call("POST", "registries", json={**body, "name": "9reg", "extra": 1})
+    problem = await bad.json()
+    assert bad.status == 422 and {e["field"] for e in problem["errors"]} == {"name", "extra"}
+    assert "s3cret" not in await bad.text()
+
+    # A job that names a registry: refused at submit (and at a dry run) unless it is saved.
+    package = jobs.package({"train.py": "print('ran')\n"})
+    refused = await jobs.submit({"name": "r1", "package": package, "registry": "nope"}, status=422)
+    assert refused["errors"][0]["field"] == "registry" and "nope" in refused["detail"]
+    resp = await jobs.call(
+        "POST", "jobs", params={"dry_run": "1"}, json={"name": "r1", "package": package, "registry": "nope"}
+    )
+    assert resp.status == 422
+    await jobs.submit({"name": "r2", "package": package, "registry": "myreg"})
+    assert (await jobs.wait("r2", ("SUCCEEDED", "FAILED")))["state"] == "SUCCEEDED"
+    # Another user's registry of that name is not theirs.
+    bob_package = jobs.package({"train.py": "print('x')\n"}, user="bob")
+    await jobs.submit({"name": "b1", "package": bob_package, "registry": "myreg"}, who="bob", status=422)
+
+    assert (await jobs.call("DELETE", "registries/myreg")).status == 204
+    missing = await jobs.call("DELETE", "registries/myreg")
+    assert missing.status == 404
+    assert (await (await jobs.call("GET", "registries")).json())["registries"] == []

@@ -214,3 +214,47 @@ async def test_a_job_killed_while_it_builds_never_runs_and_its_build_is_kept_for
     assert any(
         e["reason"] == "BuildRequested" and "a cached environment" in e["message"] for e in later["events"]
     )
+
+
+async def test_a_job_building_when_the_platform_stopped_builds_again_after_the_restart(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
+    """The store as a stop in mid-build leaves it: the job BUILDING, its build RUNNING. The
+    restarted builder calls that build interrupted; the restarted jobs service asks again."""
+    from paddlecloud.common.store import Build, Job, open_store
+    from paddlecloud.jobs.spec import JobSpec
+
+    wheelhouse = make_wheelhouse(tmp_path / "wheelhouse")
+    builder = {"work_dir": str(tmp_path / "builder"), "find_links": [str(wheelhouse)], "no_index": True}
+    sections: dict[str, dict[str, Any]] = {"pfs": {"datacenter": "dc1"}, "builder": builder}
+    package = tmp_path / "pfs" / "home" / "alice" / "pkg"
+    package.mkdir(parents=True)
+    (package / "train.py").write_text(PROGRAM)
+    (package / "requirements.txt").write_text("tinypkg==2.0\n")
+    config = make_config(tmp_path, **sections)
+    store = open_store(config.store_url())
+    await store.open()
+    try:
+        await store.create_user(User("alice", "!unused"))
+        token = f"pc_{secrets.token_urlsafe(32)}"
+        await store.add_token(Token(hash_token(token), "alice", expires_at=utcnow() + timedelta(hours=1)))
+        spec = JobSpec.model_validate({"name": "midway", "package": "/pfs/dc1/home/alice/pkg"})
+        await store.create_build(Build("b-before-the-stop", "k" * 64, "alice", "RUNNING", spec={}))
+        await store.create_job(
+            Job("j1", "alice", "midway", "BUILDING", spec.to_dict(), build_id="b-before-the-stop")
+        )
+    finally:
+        await store.close()
+
+    builder_server = await aiohttp_server(create_builder(make_config(tmp_path, **sections)))
+    sections["builder"] = builder | {"url": str(builder_server.make_url(""))}
+    sections["jobs"] = {"poll_seconds": 0.05}
+    jobs_server = await aiohttp_server(create_jobs(make_config(tmp_path, **sections)))
+    gateway = {"jobs_url": str(jobs_server.make_url("")), "admin_password": None}
+    client = await aiohttp_client(create_gateway(make_config(tmp_path, **sections, gateway=gateway)))
+    platform = Platform(client, package.parent, {"Authorization": f"Bearer {token}"}, tmp_path)
+
+    job = await platform.wait("midway")
+    assert job["state"] == "SUCCEEDED", job["reason"]
+    assert any(e["reason"] == "BuildRequestedAgain" for e in job["events"]), job["events"]
+    assert "[trainer-0] tinypkg 2.0" in await platform.logs("midway")

@@ -715,3 +715,27 @@ async def test_revoking_every_token_of_a_user_leaves_others(store: Store) -> Non
     assert await store.delete_tokens_of("gone") == 2
     assert await store.get_token("hash-0") is None and await store.get_token("hash-1") is None
     assert await store.get_token("hash-2") is not None
+
+
+async def test_registries_are_per_owner_by_name_and_saving_again_replaces(store: Store) -> None:
+    from paddlecloud.common.store import Registry
+
+    first = Registry("alice", "myreg", "registry.example.com", "alice", "s3cret")
+    await store.put_registry(first)
+    await store.put_registry(Registry("alice", "another", "r.example.org:5000", "al", "pw2"))
+    await store.put_registry(Registry("bob", "myreg", "bob.example.com", "bob", "bobs"))
+    assert await store.get_registry("alice", "myreg") == first
+    assert await store.get_registry("alice", "none") is None
+    assert [r.name for r in await store.list_registries("alice")] == ["another", "myreg"]
+    assert [r.server for r in await store.list_registries("bob")] == ["bob.example.com"]
+    assert "s3cret" not in repr(first)
+
+    replaced = Registry("alice", "myreg", "registry.example.com", "alice2", "new")
+    await store.put_registry(replaced)
+    assert await store.get_registry("alice", "myreg") == replaced
+    assert len(await store.list_registries("alice")) == 2
+
+    assert await store.delete_registry("alice", "myreg") is True
+    assert await store.delete_registry("alice", "myreg") is False
+    assert await store.get_registry("alice", "myreg") is None
+    assert await store.get_registry("bob", "myreg") is not None

@@ -129,7 +129,7 @@ def test_submit_follow_runs_the_package_and_an_unchanged_package_is_not_uploaded
     out = ok(first)
     assert f"Collecting package {package} (3 files, " in out  # README.md, train.py, .paddlecloudignore
     assert "Uploading package (" in out and f" as {PACKAGES}/" in out
-    assert "Starting job hello-1 (1 trainer)" in out
+    assert "Started job hello-1 (1 trainer)" in out
     assert "[trainer-0] hi from trainer 0 of 1" in out.splitlines()
     assert out.rstrip().endswith("Job hello-1 SUCCEEDED") or "Job hello-1 SUCCEEDED" in out
     [uploaded] = packages_on_pfs(server)
@@ -189,7 +189,7 @@ def test_the_original_go_style_command_line_runs_pservers_and_trainers(
     )
     out = ok(result)
     assert "Collecting package ./fit_a_line (3 files, " in out
-    assert "Starting job fit-a-line (2 trainers, 2 parameter servers)" in out
+    assert "Started job fit-a-line (2 trainers, 2 parameter servers)" in out
     lines = out.splitlines()
     for trainer in (0, 1):
         assert f"[trainer-{trainer}] hello from trainer {trainer} of 2" in lines

@@ -121,6 +121,8 @@ def test_busy_port_is_one_clear_line(server_factory, tmp_path) -> None:
     assert second.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
     assert "Traceback" not in second.stderr
+    failure = next(line for line in second.stderr.splitlines() if "cannot listen" in line)
+    assert failure.startswith("paddlecloud server: cannot listen"), failure  # the prefix once
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read listen backlogs")
@@ -186,3 +188,29 @@ def test_a_request_too_large_to_parse_gets_a_problem_that_echoes_nothing(server_
     problem = json.loads(body)
     assert problem["code"] == "ERR_BAD_REQUEST" and "8190" in problem["detail"]
     assert b"aaaa" not in body
+
+
+def test_a_second_server_on_the_same_data_directory_is_refused_naming_the_first(
+    server_factory, tmp_path
+) -> None:
+    first = server_factory()
+    port = first.endpoint.rsplit(":", 1)[1]
+    second = subprocess.run(
+        [sys.executable, "-m", "paddlecloud", "server", "--data-dir", str(first.data_dir), "--port", "0"],
+        env={**os.environ, "HOME": str(tmp_path / "home2")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    assert f"pid {first.process.pid}, port {port}" in lines[0], lines[0]
+    assert str(first.data_dir) in lines[0] and "--data-dir" in lines[0]
+    # The first one was left alone: its services are the same processes, and it answers.
+    assert first.process.poll() is None
+    assert "as admin" in first.cli("login").stdout
+    assert first.stop() == 0
+    # Its lock went with it: the directory can be served again.
+    again = server_factory("--init", data_dir=first.data_dir)
+    assert "as admin" in again.cli("login").stdout

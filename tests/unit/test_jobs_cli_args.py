@@ -119,7 +119,7 @@ def test_module_becomes_the_entry_and_cannot_be_given_with_entry() -> None:
         spec_of(["submit", "--name", "x", "--module", "trainer.main", "pkg"])["entry"]
         == "python -m trainer.main"
     )
-    assert spec_of(["submit", "--name", "x", "-m", "t", "pkg"])["entry"] == "python -m t"
+    assert spec_of(["submit", "--name", "x", "--module-name", "t", "pkg"])["entry"] == "python -m t"
     with pytest.raises(UsageError, match="either --entry or --module"):
         spec_of(["submit", "--name", "x", "--module", "m", "--entry", "python a.py", "pkg"])
 
@@ -323,3 +323,62 @@ def test_a_package_given_as_dot_is_named_after_the_directory(
     (tmp_path / "my_model").mkdir()
     monkeypatch.chdir(tmp_path / "my_model")
     assert spec_of(["submit", "."])["name"].startswith("my-model-")
+
+
+def test_the_original_short_forms_mean_what_the_original_docs_say() -> None:
+    """`paddlecloud submit ./job_word_emb -p 4 -c 2 -m 10Gi -t modules/train.py`: -m is the
+    memory, never a module (it used to become `python -m 10Gi`)."""
+    spec = spec_of(["submit", "./job_word_emb", "-p", "4", "-c", "2", "-m", "10Gi", "-t", "modules/train.py"])
+    assert (spec["trainers"], spec["cpu"], spec["memory"], spec["topology"]) == (
+        4,
+        "2",
+        "10Gi",
+        "modules/train.py",
+    )
+    assert "entry" not in spec
+    with pytest.raises(SystemExit):
+        spec_of(["submit", "--name", "x", "-m", "trainer.main", "pkg"])  # ambiguous: refused, saying which
+
+
+def test_the_original_designs_long_flags() -> None:
+    spec = spec_of(
+        [
+            "submit",
+            "--job-name",
+            "j",
+            "--package-path",
+            "pkg",
+            "--entry-point",
+            "python t.py",
+            "--trainers",
+            "3",
+            "--pservers",
+            "2",
+            "--base-image",
+            "img:1",
+            "--trainer-gpu-num",
+            "0",
+            "--input",
+            "in",
+            "--output",
+            "out",
+            "--env",
+            "K=V",
+        ]
+    )
+    wanted = {
+        "name": "j",
+        "entry": "python t.py",
+        "trainers": 3,
+        "pservers": 2,
+        "image": "img:1",
+        "gpu": 0,
+        "input": "in",
+        "output": "out",
+        "env": {"K": "V"},
+    }
+    assert {k: spec.get(k) for k in wanted} == wanted
+    spec = spec_of(
+        ["submit", "--name", "j", "--pserver-count", "2", "--trainer-count", "3", "--use-gpu", "pkg"]
+    )
+    assert (spec["pservers"], spec["trainers"], spec["gpu"]) == (2, 3, 1)

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from .models import Build, Job, JobEvent, Quota, Token, User
+from .models import Build, Job, JobEvent, Quota, Registry, Token, User
 
 
 class StoreError(Exception):
@@ -154,6 +154,23 @@ class Store(abc.ABC):
     async def list_builds(self, states: Collection[str]) -> list[Build]:
         """Builds of every key and owner in one of `states`, newest first (a restarted
         builder finds the builds it was running this way)."""
+
+    # Registry credentials, per user, by name.
+
+    @abc.abstractmethod
+    async def put_registry(self, registry: Registry) -> None:
+        """Save `registry`, replacing the owner's registry of that name if there is one."""
+
+    @abc.abstractmethod
+    async def get_registry(self, owner: str, name: str) -> Registry | None: ...
+
+    @abc.abstractmethod
+    async def list_registries(self, owner: str) -> list[Registry]:
+        """The owner's registries, by name."""
+
+    @abc.abstractmethod
+    async def delete_registry(self, owner: str, name: str) -> bool:
+        """Whether there was one to delete."""
 
     # Leases: a named, expiring lock over every process that shares the store.
 

@@ -103,3 +103,20 @@ class Build:
 
 
 BUILD_MUTABLE_FIELDS = frozenset({"finished_at", "reason", "info"})
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A user's saved credentials for one container registry (`paddlecloud registry`).
+
+    The password is kept as given: a Kubernetes backend turns it into a
+    `kubernetes.io/dockerconfigjson` Secret, and Kaniko pushes with it, so it cannot be hashed.
+    It is never listed, logged or shown in a repr.
+    """
+
+    owner: str
+    name: str
+    server: str
+    username: str
+    password: str = field(repr=False)
+    created_at: datetime = field(default_factory=utcnow)

@@ -26,6 +26,7 @@ from .models import (
     Job,
     JobEvent,
     Quota,
+    Registry,
     Token,
     User,
     utcnow,
@@ -99,6 +100,7 @@ class MongoStore(Store):
             await db.jobs.create_index([("owner", ASCENDING), ("state", ASCENDING), *_NEWEST_FIRST])
             await db.job_events.create_index([("job_id", ASCENDING), ("seq", ASCENDING)])
             await db.leases.create_index("name", unique=True)
+            await db.registries.create_index([("owner", ASCENDING), ("name", ASCENDING)], unique=True)
             await db.builds.create_index("id", unique=True)
             await db.builds.create_index([("key", ASCENDING), *_NEWEST_FIRST])
             await db.builds.create_index([("state", ASCENDING), *_NEWEST_FIRST])
@@ -345,6 +347,35 @@ class MongoStore(Store):
                     return True
         return False
 
+    async def put_registry(self, registry: Registry) -> None:
+        doc = {
+            "owner": registry.owner,
+            "name": registry.name,
+            "server": registry.server,
+            "username": registry.username,
+            "password": registry.password,
+            "created_at": registry.created_at,
+        }
+        with _errors(f"registry {registry.name}"):
+            await self._collection("registries").replace_one(
+                {"owner": registry.owner, "name": registry.name}, doc, upsert=True
+            )
+
+    async def get_registry(self, owner: str, name: str) -> Registry | None:
+        with _errors():
+            doc = await self._collection("registries").find_one({"owner": owner, "name": name})
+        return _registry(doc) if doc else None
+
+    async def list_registries(self, owner: str) -> list[Registry]:
+        with _errors():
+            cursor = self._collection("registries").find({"owner": owner}).sort("name", ASCENDING)
+            return [_registry(doc) async for doc in cursor]
+
+    async def delete_registry(self, owner: str, name: str) -> bool:
+        with _errors():
+            result = await self._collection("registries").delete_one({"owner": owner, "name": name})
+        return result.deleted_count > 0
+
     async def release_lease(self, name: str, holder: str) -> None:
         with _errors(f"lease {name}"):
             await self._collection("leases").delete_one({"name": name, "holder": holder})
@@ -581,4 +612,15 @@ def _build(doc: Document) -> Build:
         finished_at=doc.get("finished_at"),
         reason=doc.get("reason", ""),
         info=doc.get("info") or {},
+    )
+
+
+def _registry(doc: Document) -> Registry:
+    return Registry(
+        owner=doc["owner"],
+        name=doc["name"],
+        server=doc["server"],
+        username=doc["username"],
+        password=doc["password"],
+        created_at=_aware(doc["created_at"]),
     )

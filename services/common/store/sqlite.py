@@ -30,6 +30,7 @@ from .models import (
     Job,
     JobEvent,
     Quota,
+    Registry,
     Token,
     User,
     utcnow,
@@ -106,6 +107,15 @@ CREATE TABLE IF NOT EXISTS builds (
 );
 CREATE INDEX IF NOT EXISTS builds_key ON builds(key, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS builds_state ON builds(state, created_at DESC, id DESC);
+CREATE TABLE IF NOT EXISTS registries (
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    server TEXT NOT NULL,
+    username TEXT NOT NULL,
+    password TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (owner, name)
+);
 """
 
 _USER_COLUMNS = "name, password_hash, admin, quota, created_at"
@@ -115,6 +125,7 @@ _JOB_COLUMNS = (
 )
 _EVENT_COLUMNS = "job_id, time, type, reason, message, state"
 _BUILD_COLUMNS = "id, key, owner, state, spec, created_at, updated_at, finished_at, reason, info"
+_REGISTRY_COLUMNS = "owner, name, server, username, password, created_at"
 _JSON_FIELDS = frozenset({"backend", "info"})
 _TIME_FIELDS = frozenset({"started_at", "finished_at"})
 
@@ -451,6 +462,36 @@ class SQLiteStore(Store):
         )
         return bool(rows)
 
+    async def put_registry(self, registry: Registry) -> None:
+        await self._write(
+            f"INSERT OR REPLACE INTO registries ({_REGISTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                registry.owner,
+                registry.name,
+                registry.server,
+                registry.username,
+                registry.password,
+                _time_text(registry.created_at),
+            ),
+            what=f"registry {registry.name}",
+        )
+
+    async def get_registry(self, owner: str, name: str) -> Registry | None:
+        rows = await self._query(
+            f"SELECT {_REGISTRY_COLUMNS} FROM registries WHERE owner = ? AND name = ?", (owner, name)
+        )
+        return _registry(rows[0]) if rows else None
+
+    async def list_registries(self, owner: str) -> list[Registry]:
+        rows = await self._query(
+            f"SELECT {_REGISTRY_COLUMNS} FROM registries WHERE owner = ? ORDER BY name", (owner,)
+        )
+        return [_registry(row) for row in rows]
+
+    async def delete_registry(self, owner: str, name: str) -> bool:
+        deleted = await self._write("DELETE FROM registries WHERE owner = ? AND name = ?", (owner, name))
+        return deleted > 0
+
     async def release_lease(self, name: str, holder: str) -> None:
         await self._write(
             "DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder), what=f"lease {name}"
@@ -704,4 +745,15 @@ def _build(row: sqlite3.Row) -> Build:
         finished_at=_opt_time(row["finished_at"]),
         reason=row["reason"],
         info=json.loads(row["info"]),
+    )
+
+
+def _registry(row: sqlite3.Row) -> Registry:
+    return Registry(
+        owner=row["owner"],
+        name=row["name"],
+        server=row["server"],
+        username=row["username"],
+        password=row["password"],
+        created_at=_time(row["created_at"]),
     )
