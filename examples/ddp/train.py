@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -61,21 +62,39 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def join_process_group() -> tuple[int, int]:
-    """Join the job's process group from the environment; alone on this machine when run by hand."""
+def join_process_group() -> tuple[int, int, dist.TCPStore]:
+    """Join the job's process group from the environment; alone on this machine when run by hand.
+
+    The rendezvous store is made here rather than by `init_method="env://"` so that it
+    outlives the group: rank 0 serves it, and a rank still tearing its group down talks to
+    it, so rank 0 leaves only once every rank has said it is done (see `leave`)."""
     if "WORLD_SIZE" not in os.environ:
         os.environ.update(
             {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "1", "RANK": "0"}
         )
-    dist.init_process_group(backend="gloo", init_method="env://")
-    return dist.get_rank(), dist.get_world_size()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=rank == 0
+    )
+    dist.init_process_group(backend="gloo", store=store, rank=rank, world_size=world)
+    return rank, world, store
+
+
+def leave(store: dist.TCPStore, rank: int, world: int) -> None:
+    """Tear the group down; rank 0, which serves the store, waits for every rank to be done
+    (a rank whose store went away mid-teardown dies with 'terminate called...')."""
+    dist.destroy_process_group()
+    store.add("left", 1)
+    deadline = time.monotonic() + 60
+    while rank == 0 and store.add("left", 0) < world and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def main() -> int:
     info = runtime.info()
     epochs = info.passes or DEFAULT_EPOCHS
     output = Path(info.output_dir or "output")
-    rank, world = join_process_group()
+    rank, world, store = join_process_group()
     try:
         torch.manual_seed(SEED)  # the same initial model everywhere (DDP also broadcasts rank 0's)
         data = make_data()
@@ -120,7 +139,7 @@ def main() -> int:
         dist.barrier()  # no rank leaves while another still needs the group
         return 0 if ok else 1
     finally:
-        dist.destroy_process_group()
+        leave(store, rank, world)
 
 
 if __name__ == "__main__":
