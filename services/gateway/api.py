@@ -26,6 +26,7 @@ from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
 from .accounts import MIN_PASSWORD_LENGTH, USER_NAME, LoginFailed, Session
+from .errors import BAD_CREDENTIALS
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT
 from .openapi import openapi_document
 
@@ -159,7 +160,7 @@ async def create_token(request: web.Request) -> web.Response:
     try:
         token, record, user = await request.app[ACCOUNTS].login(body.username, body.password)
     except LoginFailed:
-        raise errors.BAD_CREDENTIALS("The user name or the password is wrong.") from None
+        raise BAD_CREDENTIALS("The user name or the password is wrong.") from None
     return json_response(
         {
             "token": token,

@@ -19,6 +19,7 @@ from paddlecloud.common.web import create_base_app, use_store
 
 from . import api, dashboard
 from .accounts import Accounts
+from .errors import PROBLEMS
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT, UPSTREAM_SESSION
 from .proxy import Upstream
 
@@ -38,7 +39,9 @@ ROUTES = (
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
     """The gateway. `store` is opened and closed by the caller when given."""
-    app = create_base_app(config, "gateway", internal=False, extra_middlewares=[api.authenticate])
+    app = create_base_app(
+        config, "gateway", internal=False, extra_middlewares=[api.authenticate], problems=PROBLEMS
+    )
     app.cleanup_ctx.append(_resources(config, store))
     api.add_routes(app)
     dashboard.add_routes(app)

@@ -17,8 +17,9 @@ import secrets
 from aiohttp import web
 from yarl import URL
 
-from paddlecloud.common import errors
 from paddlecloud.common.keys import INTERNAL_SECRET
+
+from .errors import CSRF_REFUSED
 
 SESSION_COOKIE = "pc_session"
 # Before sign-in there is no session to bind a token to: the sign-in form is protected by
@@ -67,9 +68,9 @@ def check_csrf(request: web.Request, token_hash: str) -> None:
     sent = request.headers.get(CSRF_HEADER, "")
     expected = csrf_token(request, token_hash)
     if not same_origin(request):
-        raise errors.CSRF_REFUSED("The request came from another site.")
+        raise CSRF_REFUSED("The request came from another site.")
     if not hmac.compare_digest(sent.encode(), expected.encode()):
-        raise errors.CSRF_REFUSED(
+        raise CSRF_REFUSED(
             f"A request authenticated by the session cookie must carry the {CSRF_HEADER} header."
         )
 
@@ -126,6 +127,6 @@ def set_login_csrf_cookie(response: web.StreamResponse, request: web.Request, va
 def check_login_csrf(request: web.Request, sent: str) -> None:
     cookie = request.cookies.get(LOGIN_CSRF_COOKIE, "")
     if not same_origin(request):
-        raise errors.CSRF_REFUSED("The sign-in came from another site.")
+        raise CSRF_REFUSED("The sign-in came from another site.")
     if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
-        raise errors.CSRF_REFUSED("The sign-in form has expired; load it again.")
+        raise CSRF_REFUSED("The sign-in form has expired; load it again.")

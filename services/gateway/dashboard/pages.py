@@ -18,6 +18,7 @@ from paddlecloud.common.keys import CONFIG
 
 from .. import session as browser
 from ..accounts import LoginFailed, Session
+from ..errors import CSRF_REFUSED
 from ..keys import ACCOUNTS
 
 log = structlog.get_logger()
@@ -305,7 +306,7 @@ async def logout(request: web.Request) -> web.Response:
         if not browser.same_origin(request) or request_csrf != browser.csrf_token(
             request, session.token_hash
         ):
-            raise errors.CSRF_REFUSED("Sign out from the dashboard's own button.")
+            raise CSRF_REFUSED("Sign out from the dashboard's own button.")
         await accounts.revoke(session.token_hash)
         log.info("dashboard_signed_out")
     response = web.HTTPSeeOther("/login")
