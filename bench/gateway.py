@@ -104,6 +104,12 @@ def main() -> None:
         f"gateway/direct: throughput {g['rps'] / d['rps']:.2f}x, p99 {g['p99'] / d['p99']:.2f}x "
         f"(aim: throughput >= 0.50x)"
     )
+    for name, runs_at in (("direct", bare), ("gateway", load)):
+        for n in LOAD_CONNECTIONS:
+            r = runs_at[n]
+            print(
+                f"{name:8} {n:>4} connections: {r['rps']:>7.0f} req/s, p99 {r['p99']:8.1f} ms, {int(r['errors'])} errors"
+            )
     few, many = (load[n] for n in LOAD_CONNECTIONS)
     ratio = many["p99"] / few["p99"]
     met = "met" if many["errors"] == 0 and ratio <= 5 else "not met"
