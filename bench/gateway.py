@@ -91,6 +91,10 @@ def main() -> None:
             load = {
                 n: wrk(gateway.url + PING, gateway_headers, n, allow_errors=True) for n in LOAD_CONNECTIONS
             }
+            # The same load on the service alone: what one aiohttp process does on this machine.
+            bare = {
+                n: wrk(upstream.url + PING, direct_headers, n, allow_errors=True) for n in LOAD_CONNECTIONS
+            }
         finally:
             gateway.stop()
             upstream.stop()
@@ -107,9 +111,8 @@ def main() -> None:
     for name, runs_at in (("direct", bare), ("gateway", load)):
         for n in LOAD_CONNECTIONS:
             r = runs_at[n]
-            print(
-                f"{name:8} {n:>4} connections: {r['rps']:>7.0f} req/s, p99 {r['p99']:8.1f} ms, {int(r['errors'])} errors"
-            )
+            rate, p99, errs = r["rps"], r["p99"], int(r["errors"])
+            print(f"{name:8} {n:>4} connections: {rate:>7.0f} req/s, p99 {p99:8.1f} ms, {errs} errors")
     few, many = (load[n] for n in LOAD_CONNECTIONS)
     ratio = many["p99"] / few["p99"]
     met = "met" if many["errors"] == 0 and ratio <= 5 else "not met"
