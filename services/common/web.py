@@ -120,7 +120,9 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 def _out_of_space(exc: BaseException | None) -> bool:
     """Whether `exc`, or what caused it, is the disk being full (ENOSPC, EDQUOT, SQLite's FULL)."""
-    while exc is not None:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # a chain may loop back on itself
+        seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL":
