@@ -97,6 +97,7 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
     entry = args.entry if args.module is None else f"python -m {args.module}"
     given: dict[str, Any] = {
         "entry": entry,
+        "psentry": args.psentry,
         "image": args.image,
         "registry": args.registry,
         "trainers": args.parallelism,
@@ -679,6 +680,13 @@ def add_submit_flags(parser: ArgumentParser) -> None:
         "entry-point",
         metavar="CMD",
         help='the command each worker runs (default "python train.py")',
+    )
+    add_flag(
+        job,
+        "psentry",
+        "pserver-entry",
+        metavar="CMD",
+        help="the command parameter servers run (default: the entry, with TRAINING_ROLE=PSERVER)",
     )
     add_flag(
         job,

@@ -122,6 +122,9 @@ class JobSpec(BaseModel):
     # and authorised when the job is submitted, not here.
     package: str
     entry: str = "python train.py"
+    # What parameter servers run; None: the same entry, told TRAINING_ROLE=PSERVER (as
+    # Paddle's fleet does). The original product's `-psentry`.
+    psentry: str | None = None
     image: str | None = None
     registry: str | None = None  # the name of saved registry credentials
     trainers: Annotated[_Count, Field(ge=1, le=MAX_TRAINERS)] = 1
@@ -202,14 +205,14 @@ class JobSpec(BaseModel):
     def _entry(cls, value: str) -> str:
         if not value.strip():
             raise _error("entry", "the command to run must not be empty (the default is 'python train.py')")
-        if "\x00" in value:
-            raise _error("entry", "must not contain a NUL character (it is passed in the environment)")
-        if len(value.encode(errors="surrogatepass")) > MAX_ENTRY_BYTES:
-            # It is one argument to /bin/sh -c and the value of ENTRY: Linux takes 128 KiB.
-            raise _error(
-                "entry", f"is longer than {MAX_ENTRY_BYTES // 1024} KiB; put the command in a script"
-            )
-        return value
+        return _command("entry", value)
+
+    @field_validator("psentry")
+    @classmethod
+    def _psentry(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise _error("psentry", "the parameter servers' command must not be empty (leave it out)")
+        return None if value is None else _command("psentry", value)
 
     @field_validator("image", "registry")
     @classmethod
@@ -404,6 +407,16 @@ def _quantity(parse: Callable[[Any], int], value: Any, example: str) -> int:
         return parse(value)
     except QuantityError as exc:
         raise _error("quantity", str(exc)) from None
+
+
+def _command(kind: str, value: str) -> str:
+    """A command for /bin/sh -c, passed in the environment too (ENTRY)."""
+    if "\x00" in value:
+        raise _error(kind, "must not contain a NUL character (it is passed in the environment)")
+    if len(value.encode(errors="surrogatepass")) > MAX_ENTRY_BYTES:
+        # One argument to /bin/sh -c and the value of ENTRY: Linux takes 128 KiB.
+        raise _error(kind, f"is longer than {MAX_ENTRY_BYTES // 1024} KiB; put the command in a script")
+    return value
 
 
 def _env_problem(key: str, value: str) -> str | None:

@@ -542,3 +542,33 @@ async def test_registry_credentials_are_saved_listed_without_the_password_and_de
     missing = await jobs.call("DELETE", "registries/myreg")
     assert missing.status == 404
     assert (await (await jobs.call("GET", "registries")).json())["registries"] == []
+
+
+async def test_parameter_servers_run_their_own_entry_and_one_that_quits_early_is_explained(
+    jobs: Jobs,
+) -> None:
+    serve = (
+        "import os, socket, time\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('127.0.0.1', int(os.environ['PADDLE_PORT']))); s.listen()\n"
+        "print('serving as', os.environ['TRAINING_ROLE'], flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    package = jobs.package({"train.py": "print('training')\n", "serve.py": serve})
+    spec = {"name": "split", "package": package, "pservers": 1, "psentry": "python serve.py"}
+    await jobs.submit(spec)
+    job = await jobs.wait("split", ("SUCCEEDED", "FAILED"))
+    assert job["state"] == "SUCCEEDED", job["reason"]
+    text = await jobs.logs("split")
+    assert "[pserver-0] serving as PSERVER" in text and "[trainer-0] training" in text
+
+    # One entry for both roles that ignores TRAINING_ROLE: the server "finishes" at once.
+    await jobs.submit({"name": "naive", "package": package, "pservers": 1})
+    naive = await jobs.wait("naive", ("SUCCEEDED", "FAILED"))
+    assert naive["state"] == "FAILED"
+    assert naive["reason"] == (
+        "pserver-0 exited before the trainers started: does your entry handle "
+        "TRAINING_ROLE=PSERVER, or should you set --pserver-entry?"
+    )
+    bad = await jobs.submit({"name": "bad", "package": package, "psentry": " "}, status=422)
+    assert bad["errors"][0]["field"] == "psentry"

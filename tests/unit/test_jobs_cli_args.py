@@ -382,3 +382,10 @@ def test_the_original_designs_long_flags() -> None:
         ["submit", "--name", "j", "--pserver-count", "2", "--trainer-count", "3", "--use-gpu", "pkg"]
     )
     assert (spec["pservers"], spec["trainers"], spec["gpu"]) == (2, 3, 1)
+
+
+@pytest.mark.parametrize("flag", ["-psentry", "--psentry", "--pserver-entry"])
+def test_the_parameter_servers_entry_has_its_original_spelling_and_a_long_one(flag: str) -> None:
+    spec = spec_of(["submit", "-jobname", "j", "-pservers", "2", flag, "python serve.py", "./pkg"])
+    assert spec["psentry"] == "python serve.py" and spec["pservers"] == 2
+    assert "psentry" not in spec_of(["submit", "-jobname", "j", "./pkg"])

@@ -267,6 +267,7 @@ class LocalBackend(Backend):
             output=output_path,
             package_dir=package_dir,
             entry=spec.entry,
+            psentry=spec.psentry,
             trainers=spec.trainers,
             pservers=spec.pservers,
             passes=spec.passes or 1,

@@ -214,6 +214,7 @@ def build_plan(
     output: str,
     package_dir: str,
     entry: str,
+    psentry: str | None = None,
     trainers: int,
     pservers: int,
     passes: int,
@@ -237,6 +238,7 @@ def build_plan(
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
 
+    Parameter servers run `psentry` when given, else `entry` (with TRAINING_ROLE=PSERVER).
     `ports` holds one free port per parameter server, `trainer_ports` one per trainer
     (their fleet endpoints) and `master_port` the PyTorch/Kubeflow rendezvous port; the
     caller allocates them all. `resources` maps a role (PSERVER, TRAINER) to its
@@ -289,7 +291,7 @@ def build_plan(
         "PADDLE_TRAINER_NUM": str(trainers),
         "PADDLE_MASTER": f"{host}:{master_port}",
     }
-    argv = ("/bin/sh", "-c", entry)
+    commands = {Role.TRAINER: entry, Role.PSERVER: psentry or entry}
 
     def worker(role: Role, index: int, own_port: int, v1_port: int | None) -> Worker:
         own = {
@@ -319,7 +321,7 @@ def build_plan(
             name=name,
             role=role,
             index=index,
-            argv=argv,
+            argv=("/bin/sh", "-c", commands[role]),
             cwd=package_dir,
             env={**env, **shared, **own},
             host=host,

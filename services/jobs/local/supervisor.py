@@ -201,6 +201,7 @@ class JobSupervisor:
             else None
         )
         self._oom: dict[str, str | None] = {}
+        self._trainers_started = False
 
     # -- the job ---------------------------------------------------------------------
 
@@ -273,6 +274,7 @@ class JobSupervisor:
                 task = asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")
                 tasks[task] = worker
                 trainers.add(task)
+            self._trainers_started = True
             self._set_reason("trainers running")
             while trainers:
                 done, _ = await asyncio.wait(
@@ -324,6 +326,14 @@ class JobSupervisor:
                 how = describe_exit(code, self._oom.get(worker.name))
                 if worker.role is Role.PSERVER and code == 0:
                     how += " while the job was running"
+                    if not self._trainers_started and status.restarts >= self._plan.max_restarts:
+                        # The usual cause: one entry for both roles that ignores TRAINING_ROLE.
+                        failure = (
+                            f"{worker.name} exited before the trainers started: does your entry "
+                            "handle TRAINING_ROLE=PSERVER, or should you set --pserver-entry?"
+                        )
+                        self._worker_failed(status, failure)
+                        return failure
                 if status.restarts >= self._plan.max_restarts:
                     plural = "" if status.restarts == 1 else "s"
                     failure = f"{worker.name} {how} after {status.restarts} restart{plural}"
