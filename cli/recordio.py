@@ -137,7 +137,7 @@ def _compress(payload: bytes, compressor: Compressor) -> bytes:
     snappy = _snappy()
     if snappy is None:
         raise RuntimeError(
-            "install python-snappy (pip install 'paddlecloud[recordio-snappy]') "
+            "install cramjam (pip install 'paddlecloud[recordio-snappy]', which brings it) "
             "to write snappy-compressed RecordIO"
         )
     return bytes(snappy.compress(payload))
@@ -166,7 +166,7 @@ class Writer:
         self.compressor = Compressor(compressor)
         if self.compressor is Compressor.SNAPPY and _snappy() is None:
             raise RuntimeError(
-                "install python-snappy (pip install 'paddlecloud[recordio-snappy]') "
+                "install cramjam (pip install 'paddlecloud[recordio-snappy]', which brings it) "
                 "to write snappy-compressed RecordIO"
             )
         if max_chunk_size <= 0:
@@ -437,8 +437,8 @@ class Reader:
             raise RecordIOError(
                 self.name,
                 offset,
-                "snappy-compressed chunk: install python-snappy "
-                "(pip install 'paddlecloud[recordio-snappy]') to read snappy-compressed RecordIO",
+                "snappy-compressed chunk: install cramjam (pip install "
+                "'paddlecloud[recordio-snappy]', which brings it) to read snappy-compressed RecordIO",
             )
         try:
             return bytes(snappy.decompress(data))

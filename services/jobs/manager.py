@@ -538,11 +538,10 @@ class JobManager:
         try:
             st = self._must_exist("package", path)
         except Invalid:
+            # One line a person reads: where it was looked for, and the first two things to try.
             raise PackageNotFound(
-                f"the job package {path} was not found on PFS. Likely causes: it was not uploaded "
-                f"(`paddlecloud submit` uploads a local directory for you; `paddlecloud cp` uploads "
-                f"by hand), the path is misspelled (`paddlecloud ls {path.parent()}`), or its upload "
-                f"failed because the storage quota is full (`paddlecloud get quota`).",
+                f"{path} not found on PFS: upload it (`paddlecloud submit DIR` does) or check the path "
+                f"(`paddlecloud ls {path.parent()}`); a full storage quota stops uploads too",
                 field="package",
             ) from None
         if stat.S_ISDIR(st.st_mode):

@@ -361,6 +361,7 @@ async def test_bad_submissions_name_the_problem(jobs: Jobs) -> None:
     missing = await jobs.submit({"name": "p", "package": "/pfs/dc1/home/alice/nope"}, status=422)
     assert missing["code"] == "ERR_PACKAGE_NOT_FOUND"
     assert "/pfs/dc1/home/alice/nope" in missing["detail"] and "quota" in missing["detail"]
+    assert len(missing["detail"]) <= 200, missing["detail"]  # a line a person reads, not a page
     resp = await jobs.call("POST", "jobs", data=b"{not json", headers={"Content-Type": "application/json"})
     assert resp.status == 400
     listed = await (await jobs.call("GET", "jobs", params={"all": "1"})).json()
