@@ -31,7 +31,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -87,7 +87,6 @@ class View:
     binds: tuple[Bind, ...] = ()
     cwd: str = "/"
     tmp: str | None = None  # a host directory for /tmp; None: a fresh tmpfs
-    extra_dirs: tuple[str, ...] = field(default_factory=tuple)  # empty directories to create
 
 
 @dataclass(frozen=True)
@@ -226,8 +225,6 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
         )
     if view.tmp is not None:
         mounts.append((view.tmp, "/tmp", "--bind", "0755"))  # noqa: S108 - the sandbox's own, private
-    for directory in view.extra_dirs:
-        args += parents(directory + "/.", "0755")
     for source, target, option, mode in sorted(mounts, key=lambda m: len(Path(m[1]).parts)):
         args += parents(target, mode)
         args += [option, source, target]
