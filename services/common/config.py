@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from .quantity import QuantityError, parse_bytes
 
@@ -49,9 +49,84 @@ class GatewaySection(ServiceSection):
     admin_password_file: Path | None = None
 
 
+class DatacenterVolume(_Section):
+    """Where a datacenter's PFS root (`/pfs/<dc>`) comes from in job pods. Pods mount
+    `home/<user>` and `public` of it by subPath, never the whole root."""
+
+    kind: Literal["cephfs", "pvc", "hostpath"]
+    # cephfs: the monitors, the path of the PFS root in CephFS, the CephFS user and the
+    # Secret (in each job namespace) that holds its key.
+    monitors: tuple[str, ...] = ()
+    path: str = "/"
+    user: str = "admin"
+    secret_name: str | None = None
+    # pvc: a claim in each job namespace (ReadWriteMany) whose root is the PFS root.
+    claim_name: str | None = None
+    # hostpath: the PFS root as mounted on every node (HDFS-FUSE or NFS mounts).
+    host_path: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> DatacenterVolume:
+        missing = {
+            "cephfs": [k for k in ("monitors", "secret_name") if not getattr(self, k)],
+            "pvc": [] if self.claim_name else ["claim_name"],
+            "hostpath": [] if self.host_path else ["host_path"],
+        }[self.kind]
+        if missing:
+            raise ValueError(f"a {self.kind} volume needs {' and '.join(missing)}")
+        if self.kind == "hostpath" and not str(self.host_path).startswith("/"):
+            raise ValueError(f"host_path must be absolute, not {self.host_path!r}")
+        return self
+
+
+class KubernetesSection(_Section):
+    """The kubernetes jobs backend (docs/kubernetes.md)."""
+
+    # "in-cluster" (the pod's service account) or the path of a kubeconfig file;
+    # unset: in-cluster inside a pod, else $KUBECONFIG or ~/.kube/config.
+    kubeconfig: str | None = None
+    context: str | None = None
+    # per-user: a namespace per user, made on first use (needs rights over namespaces);
+    # shared: every job in `namespace`, which an operator made.
+    namespace_mode: Literal["per-user", "shared"] = "per-user"
+    namespace_prefix: str = Field("paddle-", pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?-?$", max_length=20)
+    namespace: str = Field("paddlecloud-jobs", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    # The image a job runs when it names none and builds none; GPU jobs get gpu_image.
+    default_image: str = "python:3.11-slim"
+    gpu_image: str | None = None
+    # The small image of the init containers (unpack the package, wait for pservers).
+    init_image: str = "busybox:1.36"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    # Each datacenter's PFS volume, by datacenter name.
+    datacenters: dict[str, DatacenterVolume] = {}
+    pserver_port: int = Field(7164, ge=1, le=65535)
+    trainer_port: int = Field(7170, ge=1, le=65535)
+    # Every API call has this timeout; a watch asks the API server to end it after
+    # watch_timeout_seconds, and the backend lists again after it.
+    request_timeout_seconds: float = Field(10.0, gt=0)
+    watch_timeout_seconds: int = Field(300, ge=1)
+    # Reconnects back off from 0.2 s up to this, with jitter.
+    max_backoff_seconds: float = Field(10.0, gt=0)
+    # A trainer pod evicted more often than this fails the job.
+    max_evictions: int = Field(3, ge=0)
+    # Largest part of one container's log kept after its pod goes (the end is kept).
+    kept_log_bytes: int = Field(8 * 2**20, gt=0)
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _kubeconfig(cls, value: str | None) -> str | None:
+        if value is None or value == "in-cluster":
+            return value
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(f"no kubeconfig file at {value} (give a file, or in-cluster)")
+        return str(path)
+
+
 class JobsSection(ServiceSection):
     port: int = Field(8081, ge=0, le=65535)
-    backend: Literal["local"] = "local"
+    backend: Literal["local", "kubernetes"] = "local"
+    kubernetes: KubernetesSection = KubernetesSection()
     # Local backend: one directory per job (plan, state, events, logs, working dirs).
     work_dir: Path = DEFAULT_DATA_DIR / "jobs"
     # How often the service looks at an active job's state, and how long a killed
@@ -74,6 +149,17 @@ class JobsSection(ServiceSection):
     # The GPUs jobs may use (device ids as CUDA numbers them); unset: what
     # `nvidia-smi -L` lists. PADDLECLOUD_JOBS_GPUS takes a comma-separated list.
     gpus: tuple[str, ...] | None = None
+
+    @field_validator("kubernetes", mode="before")
+    @classmethod
+    def _kubernetes_text(cls, value: Any) -> Any:
+        # PADDLECLOUD_JOBS_KUBERNETES carries the whole section as YAML (or JSON).
+        if isinstance(value, str):
+            try:
+                return yaml.safe_load(value) or {}
+            except yaml.YAMLError as exc:
+                raise ValueError(f"not YAML: {exc}") from None
+        return value
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -170,6 +256,16 @@ class Config(_Section):
     internal: InternalSection = InternalSection()
     log: LogSection = LogSection()
 
+    @model_validator(mode="after")
+    def _kubernetes_volumes(self) -> Config:
+        volumes = self.jobs.kubernetes.datacenters
+        if self.jobs.backend == "kubernetes" and self.pfs.datacenter not in volumes:
+            raise ValueError(
+                f"jobs.kubernetes.datacenters has no volume for datacenter {self.pfs.datacenter!r} "
+                f"(pfs.datacenter); job pods would have no PFS"
+            )
+        return self
+
     def internal_secret(self) -> bytes:
         """The internal secret's bytes, from the value or the file; refuses to run without one."""
         return _secret_bytes(self.internal.secret, self.internal.secret_file, "internal.secret")
@@ -242,4 +338,5 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"config {where}: {first['msg']}") from exc
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"config {where}: {message}" if where else f"config: {message}") from exc
