@@ -1,0 +1,84 @@
+"""Names and labels of everything the kubernetes backend creates, in one place.
+
+A user's namespace is `<prefix><user>` made DNS-1123: lowercase letters, digits and `-`,
+at most 63 characters. A user name that is already such a label keeps its spelling;
+any other (an e-mail address, capitals, a long name) gets an 8-hex sha256 suffix, so
+two names that spell the same after cleaning (`alice@x.com`, `alice-x-com`) never meet
+in one namespace. The rule needs no lookup, so a restarted service finds the same names.
+
+A job's objects (spec.py explains the length budget of a job name, 44 characters):
+- `<job>`: the ConfigMap that owns the rest (deleting it removes them all);
+- `<job>-pserver`: the parameter servers' StatefulSet and headless Service;
+- `<job>-trainer`: the trainers' Indexed Job and headless Service (pods `<job>-trainer-<i>`);
+- `<job>-registry`: the job's `kubernetes.io/dockerconfigjson` Secret, with `-registry`;
+- `<job>`: the NetworkPolicy that lets the job's pods talk to each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "paddlecloud"
+LABEL_USER = "paddlecloud.org/user"  # user_label(): a label-safe form of the name
+LABEL_JOB = "paddlecloud.org/job"  # the job's name
+LABEL_JOB_ID = "paddlecloud.org/job-id"  # the store's id: tells a resubmitted name apart
+LABEL_ROLE = "paddlecloud.org/role"  # pserver | trainer
+ANNOTATION_USER = "paddlecloud.org/user-name"  # the user's name exactly
+# Kubernetes' own: the trainer id of an Indexed Job's pod, the index of a StatefulSet's.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+POD_INDEX = "apps.kubernetes.io/pod-index"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_LABEL = 63
+
+
+def _suffix(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _label(prefix: str, name: str) -> str:
+    """`prefix + name` as a DNS-1123 label; cleaned names get a hash suffix."""
+    whole = prefix + name
+    if _DNS_LABEL.match(whole) and len(whole) <= MAX_LABEL:
+        return whole
+    cleaned = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    room = MAX_LABEL - len(prefix) - 9  # "-" and 8 hex
+    body = cleaned[:room].rstrip("-")
+    return f"{prefix}{body}-{_suffix(name)}" if body else f"{prefix}{_suffix(name)}"
+
+
+def namespace_for(user: str, prefix: str) -> str:
+    """The namespace of `user` in per-user mode."""
+    return _label(prefix, user)
+
+
+def user_label(user: str) -> str:
+    """The value of LABEL_USER for `user`: a label value, unique per user name."""
+    return _label("", user)
+
+
+def owner_name(job: str) -> str:
+    return job
+
+
+def pserver_name(job: str) -> str:
+    return f"{job}-pserver"
+
+
+def trainer_name(job: str) -> str:
+    return f"{job}-trainer"
+
+
+def registry_secret_name(job: str) -> str:
+    return f"{job}-registry"
+
+
+def job_labels(user: str, job: str, job_id: str) -> dict[str, str]:
+    return {MANAGED_BY: MANAGER, LABEL_USER: user_label(user), LABEL_JOB: job, LABEL_JOB_ID: job_id}
+
+
+def managed_selector() -> str:
+    """The label selector of every object this backend made."""
+    return f"{MANAGED_BY}={MANAGER}"
