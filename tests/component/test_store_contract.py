@@ -16,6 +16,7 @@ from paddlecloud.common.store import (
     Build,
     Job,
     JobEvent,
+    KeptLog,
     Quota,
     Store,
     StoreError,
@@ -739,3 +740,21 @@ async def test_registries_are_per_owner_by_name_and_saving_again_replaces(store:
     assert await store.delete_registry("alice", "myreg") is False
     assert await store.get_registry("alice", "myreg") is None
     assert await store.get_registry("bob", "myreg") is not None
+
+
+async def test_kept_logs_are_per_attempt_replaced_whole_and_go_with_their_job(store: Store) -> None:
+    job, other = make_job(), make_job()
+    await store.create_job(job)
+    await store.create_job(other)
+    await store.keep_log(KeptLog(job.id, "trainer-1", "b", "second attempt\n"))
+    await store.keep_log(KeptLog(job.id, "trainer-1", "a", "first\n"))
+    await store.keep_log(KeptLog(job.id, "pserver-0", "a", "ps\n" * 1000))
+    await store.keep_log(KeptLog(job.id, "trainer-1", "a", "first, kept again longer\n"))
+    await store.keep_log(KeptLog(other.id, "trainer-0", "a", "other job\n"))
+    kept = await store.list_kept_logs(job.id)
+    assert [(k.worker, k.attempt) for k in kept] == [("pserver-0", "a"), ("trainer-1", "a"), ("trainer-1", "b")]
+    assert kept[0].text == "ps\n" * 1000
+    assert kept[1].text == "first, kept again longer\n"
+    assert await store.delete_job(job.id)
+    assert await store.list_kept_logs(job.id) == []
+    assert [k.text for k in await store.list_kept_logs(other.id)] == ["other job\n"]

@@ -1,13 +1,14 @@
 """The repository for users, tokens, jobs, job events and builds, on SQLite or MongoDB."""
 
 from .base import AlreadyExists, Store, StoreError, open_store
-from .models import Build, Job, JobEvent, Quota, Registry, Token, User
+from .models import Build, Job, JobEvent, KeptLog, Quota, Registry, Token, User
 
 __all__ = [
     "AlreadyExists",
     "Build",
     "Job",
     "JobEvent",
+    "KeptLog",
     "Quota",
     "Registry",
     "Store",

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from .models import Build, Job, JobEvent, Quota, Registry, Token, User
+from .models import Build, Job, JobEvent, KeptLog, Quota, Registry, Token, User
 
 
 class StoreError(Exception):
@@ -171,6 +171,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_registry(self, owner: str, name: str) -> bool:
         """Whether there was one to delete."""
+
+    # Logs a backend keeps after the processes that wrote them are gone (Kubernetes pods).
+
+    @abc.abstractmethod
+    async def keep_log(self, log: KeptLog) -> None:
+        """Save `log`, replacing what was kept for that attempt before (a longer copy)."""
+
+    @abc.abstractmethod
+    async def list_kept_logs(self, job_id: str) -> list[KeptLog]:
+        """The job's kept logs by worker, then attempt; `delete_job` removes them."""
 
     # Leases: a named, expiring lock over every process that shares the store.
 

@@ -120,3 +120,14 @@ class Registry:
     username: str
     password: str = field(repr=False)
     created_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True)
+class KeptLog:
+    """One container's whole log (one attempt of one worker), kept after its pod is gone.
+    `attempt` sorts attempts of a worker in the order they ran."""
+
+    job_id: str
+    worker: str
+    attempt: str
+    text: str

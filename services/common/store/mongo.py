@@ -25,6 +25,7 @@ from .models import (
     Build,
     Job,
     JobEvent,
+    KeptLog,
     Quota,
     Registry,
     Token,
@@ -101,6 +102,9 @@ class MongoStore(Store):
             await db.job_events.create_index([("job_id", ASCENDING), ("seq", ASCENDING)])
             await db.leases.create_index("name", unique=True)
             await db.registries.create_index([("owner", ASCENDING), ("name", ASCENDING)], unique=True)
+            await db.kept_logs.create_index(
+                [("job_id", ASCENDING), ("worker", ASCENDING), ("attempt", ASCENDING)], unique=True
+            )
             await db.builds.create_index("id", unique=True)
             await db.builds.create_index([("key", ASCENDING), *_NEWEST_FIRST])
             await db.builds.create_index([("state", ASCENDING), *_NEWEST_FIRST])
@@ -380,6 +384,20 @@ class MongoStore(Store):
         with _errors(f"lease {name}"):
             await self._collection("leases").delete_one({"name": name, "holder": holder})
 
+    async def keep_log(self, log: KeptLog) -> None:
+        key = {"job_id": log.job_id, "worker": log.worker, "attempt": log.attempt}
+        with _errors(f"log of {log.worker}"):
+            await self._collection("kept_logs").replace_one(key, {**key, "text": log.text}, upsert=True)
+
+    async def list_kept_logs(self, job_id: str) -> list[KeptLog]:
+        with _errors():
+            cursor = (
+                self._collection("kept_logs")
+                .find({"job_id": job_id})
+                .sort([("worker", ASCENDING), ("attempt", ASCENDING)])
+            )
+            return [KeptLog(d["job_id"], d["worker"], d["attempt"], d["text"]) async for d in cursor]
+
     async def delete_job(self, job_id: str) -> bool:
         with _errors():
             # The job first: add_event needs the job, so only an event that got its
@@ -387,6 +405,7 @@ class MongoStore(Store):
             # even when the job was not there, so a retry after a crash cleans up.
             result = await self._collection("jobs").delete_one({"id": job_id})
             await self._collection("job_events").delete_many({"job_id": job_id})
+            await self._collection("kept_logs").delete_many({"job_id": job_id})
         return result.deleted_count > 0
 
     # Job events

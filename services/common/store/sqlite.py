@@ -29,6 +29,7 @@ from .models import (
     Build,
     Job,
     JobEvent,
+    KeptLog,
     Quota,
     Registry,
     Token,
@@ -115,6 +116,13 @@ CREATE TABLE IF NOT EXISTS registries (
     password TEXT NOT NULL,
     created_at TEXT NOT NULL,
     PRIMARY KEY (owner, name)
+);
+CREATE TABLE IF NOT EXISTS kept_logs (
+    job_id TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    attempt TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (job_id, worker, attempt)
 );
 """
 
@@ -492,6 +500,19 @@ class SQLiteStore(Store):
         deleted = await self._write("DELETE FROM registries WHERE owner = ? AND name = ?", (owner, name))
         return deleted > 0
 
+    async def keep_log(self, log: KeptLog) -> None:
+        await self._write(
+            "INSERT OR REPLACE INTO kept_logs (job_id, worker, attempt, text) VALUES (?, ?, ?, ?)",
+            (log.job_id, log.worker, log.attempt, log.text),
+            what=f"log of {log.worker}",
+        )
+
+    async def list_kept_logs(self, job_id: str) -> list[KeptLog]:
+        rows = await self._query(
+            "SELECT job_id, worker, attempt, text FROM kept_logs WHERE job_id = ? ORDER BY worker, attempt", (job_id,)
+        )
+        return [KeptLog(*row) for row in rows]
+
     async def release_lease(self, name: str, holder: str) -> None:
         await self._write(
             "DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder), what=f"lease {name}"
@@ -500,6 +521,7 @@ class SQLiteStore(Store):
     async def delete_job(self, job_id: str) -> bool:
         async with self._transaction() as conn:
             await conn.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
+            await conn.execute("DELETE FROM kept_logs WHERE job_id = ?", (job_id,))
             async with conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)) as cursor:
                 return cursor.rowcount > 0
 
