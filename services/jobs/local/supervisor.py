@@ -53,6 +53,7 @@ from paddlecloud.common.cgroups import Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, View
 
+from ..exits import describe_exit, exit_status
 from .plan import Plan, Role, Worker
 
 PORT_POLL_SECONDS = 0.1
@@ -62,14 +63,6 @@ WORKDIR = "/job/work"
 NVIDIA_SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 MAX_RESTART_DELAY_SECONDS = 30.0
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
-
-_SIGNAL_REASONS = {
-    signal.SIGKILL: "killed, often out of memory — raise -memory",
-    signal.SIGSEGV: "segmentation fault",
-    signal.SIGABRT: "abort",
-    signal.SIGFPE: "floating point exception",
-}
-
 
 class JobState(StrEnum):
     RUNNING = "RUNNING"
@@ -88,26 +81,6 @@ class WorkerState(StrEnum):
 
 
 _FINAL_WORKER_STATES = {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.KILLED}
-
-
-def exit_status(returncode: int) -> int:
-    """A process's status as a shell reports it: death by signal N becomes 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def describe_exit(status: int, out_of_memory: str | None = None) -> str:
-    """`exited with 137 (killed, often out of memory — raise -memory)` and the like;
-    `out_of_memory` is what the worker's cgroup knows, when it knows it was that."""
-    text = f"exited with {status}"
-    if out_of_memory is not None:
-        return f"{text} ({out_of_memory})"
-    if status > 128:
-        try:
-            sig = signal.Signals(status - 128)
-        except ValueError:
-            return text
-        return f"{text} ({_SIGNAL_REASONS.get(sig, f'terminated by {sig.name}')})"
-    return text
 
 
 def _now() -> str:
