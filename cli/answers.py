@@ -264,6 +264,8 @@ class DryRun(Answer):
     workers: list[PlannedWorker] = field(default_factory=list)
     package: PackagePlan | None = None
     build: BuildPlan | None = None
+    # The Kubernetes objects the job would create (the kubernetes backend only).
+    objects: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, eq=False)

@@ -295,9 +295,16 @@ def _dry_run(ctx: Context, spec: Mapping[str, Any], plan: DryRun) -> int:
                 lines.append(f"Environment for requirements.txt: a cache hit (key {key}...), no build.")
             else:
                 lines.append(f"Environment for requirements.txt: would be built first (key {key}...).")
+        if plan.objects:
+            kinds = ", ".join(f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in plan.objects)
+            lines.append(f"Kubernetes objects it would create ({len(plan.objects)}; -o yaml shows them): {kinds}")
         lines.append("Nothing was uploaded or started.")
         return "\n".join(lines)
 
+    if plan.objects and ctx.output == "yaml":
+        # As `kubectl create --dry-run=client -o yaml` prints them: one document per object.
+        ctx.out("---\n".join(render_data(o, "yaml") for o in plan.objects))
+        return 0
     ctx.emit(plan.to_dict(), text)
     return 0
 

@@ -48,6 +48,11 @@ def isolation_notes(config_path: Path) -> list[str]:
     """How jobs are isolated on this machine, said once at start: the jobs service decides
     the same way from the same config (docs/jobs.md, "What a local job can see and use")."""
     config = load_server_config(config_path)
+    if config.jobs.backend == "kubernetes":
+        kube = config.jobs.kubernetes
+        where = kube.kubeconfig or "the default kubeconfig"
+        mode = "a namespace per user" if kube.namespace_mode == "per-user" else f"namespace {kube.namespace}"
+        return [f"Jobs run on Kubernetes ({where}, {mode}); see docs/kubernetes.md."]
     try:
         box = sandbox.detect(config.jobs.sandbox, "jobs")
     except sandbox.SandboxUnavailable as exc:

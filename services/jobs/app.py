@@ -32,7 +32,7 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
         async with use_store(app, config, given_store) as store:
             # The jobs service reads PFS directly: packages to check and run, usage for quota.
             root = open_volume(config)
-            backend = create_backend(config, root)
+            backend = create_backend(config, root, store)
             await backend.open()
             builder, pfs = BuilderClient(config), PfsClient(config)
             manager = JobManager(config, store, backend, root, builder, pfs)

@@ -171,6 +171,9 @@ def planned_workers(spec: JobSpec) -> list[PlannedWorker]:
 
 class Backend(abc.ABC):
     name: str
+    # Whether a job the store holds as PENDING, with nothing started and nothing to
+    # adopt, is started again after a restart of the service (rather than failed).
+    resumes_unstarted = False
 
     async def open(self) -> None:  # noqa: B027 - most backends need nothing here
         """Prepare to run jobs (called once when the service starts)."""
@@ -192,6 +195,20 @@ class Backend(abc.ABC):
 
     def attach(self, job: Job) -> None:  # noqa: B027 - a backend without held resources needs nothing
         """Take up again what an active job holds (after a restart of the service)."""
+
+    async def preview(self, launch: Launch) -> list[dict[str, Any]]:
+        """What `start` would create, for `submit --dry-run` (objects, on a cluster)."""
+        return []
+
+    async def adopt(self, job: Job) -> dict[str, Any] | None:
+        """What `start` would have returned, for a job the backend runs although the store
+        has no record of starting it (the service stopped in between); None if it does not."""
+        return None
+
+    async def sweep(self, keep: set[str]) -> int:
+        """Remove what the backend runs for jobs not in `keep` (the active job ids), after
+        a restart; how many jobs' leftovers it removed."""
+        return 0
 
     @abc.abstractmethod
     async def start(self, launch: Launch) -> dict[str, Any]:

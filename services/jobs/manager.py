@@ -284,6 +284,9 @@ class JobManager:
                 }
                 if requirements is not None:
                     answer["build"] = await self._planned_build(identity, requirements, package.text)
+                objects = await self._backend.preview(self._launch(job, spec, package_kind or "dir"))
+                if objects:
+                    answer["objects"] = objects
                 return answer
             try:
                 await self._store.create_job(job)
@@ -767,7 +770,10 @@ class JobManager:
     async def resume(self) -> None:
         """Re-attach to every job the store calls active (after a restart of this service)."""
         waiting: list[Job] = []
+        restart: list[Job] = []  # recorded, never started, nothing to adopt: start them now
+        known: set[str] = set()
         async for job in self._all_jobs(None, ACTIVE_STATES):
+            known.add(job.id)
             if job.backend.get("waiting"):
                 waiting.append(job)
                 continue
@@ -780,8 +786,15 @@ class JobManager:
                     self._watch_build(launch, job.build_id)
                 continue
             if not job.backend:
-                await self._transition(job, FAILED, "the jobs service stopped before it started the job")
-                continue
+                info = await self._backend.adopt(job)
+                if info is not None:
+                    job = await self._store.update_job(job.id, backend=info) or job
+                elif self._backend.resumes_unstarted and job.state == PENDING:
+                    restart.append(job)
+                    continue
+                else:
+                    await self._transition(job, FAILED, "the jobs service stopped before it started the job")
+                    continue
             self._active[job.id] = job
             self._backend.attach(job)
             cursor = job.backend.get("events_cursor")
@@ -794,8 +807,17 @@ class JobManager:
                 await self._transition(job, FAILED, f"cannot start after a restart: {exc}")
                 continue
             self._waiting[job.id] = replace(launch, runtime=Runtime.from_dict(job.backend.get("runtime")))
+        for job in restart:
+            try:
+                launch = await asyncio.to_thread(self._launch_for, job)
+            except (errors.ProblemError, ValidationError) as exc:
+                await self._transition(job, FAILED, f"cannot start after a restart: {exc}")
+                continue
+            self._waiting[job.id] = launch
         if self._active or self._waiting:
             log.info("jobs_reattached", running=len(self._active), waiting=len(self._waiting))
+        # Whatever the backend still runs for a job that is no longer active goes.
+        await self._backend.sweep(known)
 
     async def run(self) -> None:
         """Observe active jobs forever, every `jobs.poll_seconds`."""

@@ -1,0 +1,162 @@
+"""What the backend knows of the cluster: one list-then-watch per kind, kept in memory.
+
+Each `Informer` lists its kind (cluster-wide over the managed label, or in the shared
+namespace), then watches from the list's resourceVersion. A watch that ends (at its
+timeout) starts again from the last resourceVersion seen; one answered 410 Gone lists
+again, so no transition is missed: the list is the truth, and the cache is replaced by
+it. Failures back off from 0.2 s to `max_backoff_seconds` with full jitter, and `error`
+says what is wrong meanwhile, for the job's reason. `observe`, `workers` and the log
+readers read the cache; nothing polls the API server per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from .api import Gone, Kube, KubeError
+from .names import LABEL_JOB_ID
+
+log = structlog.get_logger("paddlecloud.jobs.kube")
+
+Key = tuple[str, str]  # namespace, name
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def job_id_of(obj: dict[str, Any]) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    value = labels.get(LABEL_JOB_ID)
+    return value if isinstance(value, str) else None
+
+
+class Informer:
+    """The objects of one kind that carry `selector`, as the API server last said."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        *,
+        max_backoff: float,
+        on_change: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.kind = kind
+        self._kube = kube
+        self._namespace = namespace
+        self._selector = selector
+        self._max_backoff = max_backoff
+        self._on_change = on_change
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._by_job: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
+        self.synced = asyncio.Event()
+        self.error: str | None = None  # why the cache may be stale, while it may be
+        self.relists = 0  # lists after the first: a watch expired (410) or failed
+        self.changed = asyncio.Condition()
+
+    def of_job(self, job_id: str) -> list[dict[str, Any]]:
+        return list(self._by_job.get(job_id, {}).values())
+
+    def all(self) -> list[dict[str, Any]]:
+        return list(self._objects.values())
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        old = self._objects.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._objects[key] = obj
+        job_id = job_id_of(obj)
+        if job_id:
+            self._by_job[job_id][key] = obj
+
+    def _unindex(self, key: Key, obj: dict[str, Any]) -> None:
+        job_id = job_id_of(obj)
+        if job_id and job_id in self._by_job:
+            self._by_job[job_id].pop(key, None)
+            if not self._by_job[job_id]:
+                del self._by_job[job_id]
+
+    def _remove(self, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        old = self._objects.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+
+    async def _notify(self, kind: str, obj: dict[str, Any]) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(kind, obj)
+            except Exception:
+                log.exception("informer_callback_failed", kind=self.kind)
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def _list(self) -> str:
+        answer = await self._kube.list(self.kind, self._namespace, selector=self._selector)
+        fresh = {_key(o): o for o in answer.get("items") or []}
+        for key in [k for k in self._objects if k not in fresh]:
+            gone = self._objects[key]
+            self._remove(gone)
+            await self._notify("DELETED", gone)
+        for obj in fresh.values():
+            obj.setdefault("kind", self.kind)
+            self._put(obj)
+            await self._notify("MODIFIED", obj)
+        return str((answer.get("metadata") or {}).get("resourceVersion") or "0")
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        failures = 0
+        version: str | None = None
+        while True:
+            try:
+                if version is None:
+                    version = await self._list()
+                    self.synced.set()
+                async for event in self._kube.watch(
+                    self.kind, self._namespace, selector=self._selector, resource_version=version
+                ):
+                    obj = event.get("object") or {}
+                    kind = event.get("type")
+                    meta = obj.get("metadata") or {}
+                    version = str(meta.get("resourceVersion") or version)
+                    if kind == "BOOKMARK":
+                        continue
+                    obj.setdefault("kind", self.kind)
+                    if kind == "DELETED":
+                        self._remove(obj)
+                    else:
+                        self._put(obj)
+                    await self._notify(str(kind), obj)
+                    failures = 0
+                    self.error = None
+                failures = 0
+                self.error = None
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                log.info("watch_expired", kind=self.kind, resource_version=version)
+                version = None
+                self.relists += 1
+            except KubeError as exc:
+                failures += 1
+                self.error = str(exc)
+                if exc.status in (0, 429) or exc.status >= 500:
+                    pass  # the API server is busy, away or restarting: keep the version
+                else:
+                    version = None  # lost our place some other way: list again
+                    self.relists += 1
+                delay = random.uniform(0, min(self._max_backoff, 0.2 * 2 ** min(failures, 10)))  # noqa: S311
+                log.warning("watch_failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
+                await asyncio.sleep(delay)
