@@ -296,8 +296,12 @@ def _dry_run(ctx: Context, spec: Mapping[str, Any], plan: DryRun) -> int:
             else:
                 lines.append(f"Environment for requirements.txt: would be built first (key {key}...).")
         if plan.objects:
-            kinds = ", ".join(f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in plan.objects)
-            lines.append(f"Kubernetes objects it would create ({len(plan.objects)}; -o yaml shows them): {kinds}")
+            kinds = ", ".join(
+                f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in plan.objects
+            )
+            lines.append(
+                f"Kubernetes objects it would create ({len(plan.objects)}; -o yaml shows them): {kinds}"
+            )
         lines.append("Nothing was uploaded or started.")
         return "\n".join(lines)
 

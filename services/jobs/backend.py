@@ -235,6 +235,9 @@ class Backend(abc.ABC):
     def forget(self, job: Job) -> None:  # noqa: B027 - a backend that caches nothing has nothing to drop
         """Drop whatever the backend cached about a job that is now final."""
 
+    async def forget_user(self, user: str) -> None:  # noqa: B027 - most backends keep nothing per user
+        """Remove what the backend keeps for a user being deleted (after their jobs)."""
+
     @abc.abstractmethod
     async def remove(self, job: Job) -> None:
         """Forget the job's files or objects; it is already final."""

@@ -745,6 +745,7 @@ class JobManager:
         # Their saved registry credentials go too: a later account of the name gets none.
         for registry in await self._store.list_registries(user):
             await self._store.delete_registry(user, registry.name)
+        await self._backend.forget_user(user)
         log.info("user_jobs_forgotten", user=user, jobs=len(jobs), by=admin.user)
         return len(jobs)
 

@@ -752,7 +752,11 @@ async def test_kept_logs_are_per_attempt_replaced_whole_and_go_with_their_job(st
     await store.keep_log(KeptLog(job.id, "trainer-1", "a", "first, kept again longer\n"))
     await store.keep_log(KeptLog(other.id, "trainer-0", "a", "other job\n"))
     kept = await store.list_kept_logs(job.id)
-    assert [(k.worker, k.attempt) for k in kept] == [("pserver-0", "a"), ("trainer-1", "a"), ("trainer-1", "b")]
+    assert [(k.worker, k.attempt) for k in kept] == [
+        ("pserver-0", "a"),
+        ("trainer-1", "a"),
+        ("trainer-1", "b"),
+    ]
     assert kept[0].text == "ps\n" * 1000
     assert kept[1].text == "first, kept again longer\n"
     assert await store.delete_job(job.id)

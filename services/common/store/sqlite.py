@@ -509,7 +509,8 @@ class SQLiteStore(Store):
 
     async def list_kept_logs(self, job_id: str) -> list[KeptLog]:
         rows = await self._query(
-            "SELECT job_id, worker, attempt, text FROM kept_logs WHERE job_id = ? ORDER BY worker, attempt", (job_id,)
+            "SELECT job_id, worker, attempt, text FROM kept_logs WHERE job_id = ? ORDER BY worker, attempt",
+            (job_id,),
         )
         return [KeptLog(*row) for row in rows]
 

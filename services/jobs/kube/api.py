@@ -158,7 +158,7 @@ class Kube:
     async def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         res = RESOURCES[kind]
         try:
-            return await self._json("GET", res.path(namespace, name), f"get {kind} {name}")  # type: ignore[no-any-return]
+            return await self._json("GET", res.path(namespace, name), f"get {kind} {name}")
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -180,19 +180,19 @@ class Kube:
         """Create `manifest`; KubeError 409 (reason AlreadyExists) when its name is taken."""
         kind, meta = manifest["kind"], manifest["metadata"]
         path = RESOURCES[kind].path(meta.get("namespace"))
-        return await self._json("POST", path, f"create {kind} {meta['name']}", body=dict(manifest))  # type: ignore[no-any-return]
+        return await self._json("POST", path, f"create {kind} {meta['name']}", body=dict(manifest))
 
     async def replace(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         kind, meta = manifest["kind"], manifest["metadata"]
         path = RESOURCES[kind].path(meta.get("namespace"), meta["name"])
-        return await self._json("PUT", path, f"replace {kind} {meta['name']}", body=dict(manifest))  # type: ignore[no-any-return]
+        return await self._json("PUT", path, f"replace {kind} {meta['name']}", body=dict(manifest))
 
     async def patch(
         self, kind: str, namespace: str | None, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386)."""
         path = RESOURCES[kind].path(namespace, name)
-        return await self._json(  # type: ignore[no-any-return]
+        return await self._json(
             "PATCH",
             path,
             f"patch {kind} {name}",

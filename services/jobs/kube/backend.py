@@ -136,51 +136,49 @@ def attempts_of(pods: Iterable[dict[str, Any]]) -> dict[str, list[Attempt]]:
     """Every container attempt the pods show, by worker, oldest first."""
     result: dict[str, list[Attempt]] = {}
     for pod in pods:
-        who = _worker_of(pod)
-        cs = _main_status(pod)
-        if who is None or cs is None:
-            continue
-        worker, role, index = who
-        meta = _meta(pod)
-        base = f"{meta.get('creationTimestamp', '')}|{meta.get('name', '')}"
-        restarts = int(cs.get("restartCount") or 0)
-        state, last = cs.get("state") or {}, cs.get("lastState") or {}
-        common = dict(
-            worker=worker,
-            role=role,
-            index=index,
-            pod=str(meta.get("name")),
-            namespace=str(meta.get("namespace")),
-        )
-        common["container"] = str(cs.get("name"))
-        items = result.setdefault(worker, [])
-        if restarts and last.get("terminated"):
-            items.append(
-                Attempt(
-                    key=f"{base}|{restarts - 1:05d}",
-                    restart=restarts - 1,
-                    previous=True,
-                    running=False,
-                    terminated=last["terminated"],
-                    started_at=last["terminated"].get("startedAt"),
-                    **common,
-                )
-            )
-        if state.get("running") or state.get("terminated"):
-            items.append(
-                Attempt(
-                    key=f"{base}|{restarts:05d}",
-                    restart=restarts,
-                    previous=False,
-                    running=bool(state.get("running")),
-                    terminated=state.get("terminated"),
-                    started_at=(state.get("running") or state.get("terminated") or {}).get("startedAt"),
-                    **common,
-                )
-            )
+        for attempt in _pod_attempts(pod):
+            result.setdefault(attempt.worker, []).append(attempt)
     for items in result.values():
         items.sort(key=lambda a: a.key)
     return result
+
+
+def _pod_attempts(pod: dict[str, Any]) -> list[Attempt]:
+    """The attempts of one pod's main container: its current one, and the one before
+    when it was restarted in place (the kubelet keeps the previous log only)."""
+    who = _worker_of(pod)
+    cs = _main_status(pod)
+    if who is None or cs is None:
+        return []
+    worker, role, index = who
+    meta = _meta(pod)
+    base = f"{meta.get('creationTimestamp', '')}|{meta.get('name', '')}"
+
+    def attempt(restart: int, previous: bool, now: dict[str, Any]) -> Attempt:
+        ran = now.get("running") or now.get("terminated") or {}
+        return Attempt(
+            worker=worker,
+            role=role,
+            index=index,
+            key=f"{base}|{restart:05d}",
+            pod=str(meta.get("name")),
+            namespace=str(meta.get("namespace")),
+            container=str(cs.get("name")),
+            restart=restart,
+            previous=previous,
+            running=bool(now.get("running")),
+            terminated=now.get("terminated"),
+            started_at=ran.get("startedAt"),
+        )
+
+    restarts = int(cs.get("restartCount") or 0)
+    state, last = cs.get("state") or {}, cs.get("lastState") or {}
+    found = []
+    if restarts and last.get("terminated"):
+        found.append(attempt(restarts - 1, True, last))
+    if state.get("running") or state.get("terminated"):
+        found.append(attempt(restarts, False, state))
+    return found
 
 
 def _exit_words(terminated: dict[str, Any], memory: str) -> str:
@@ -784,6 +782,14 @@ class KubernetesBackend(Backend):
             await self._delete(job, grace_seconds=None)
         self._kept.pop(job.id, None)
         self._finishing.pop(job.id, None)
+
+    async def forget_user(self, user: str) -> None:
+        """A deleted user's namespace goes, with its quota and everything left in it."""
+        namespace = self.namespace(user)
+        self._tenancy.pop(namespace, None)
+        self._users.pop(namespace, None)
+        if not self._shared():
+            await self.kube.delete("Namespace", None, namespace)
 
     async def sweep(self, keep: set[str]) -> int:
         """Delete the objects of every job not in `keep` (active job ids): leftovers of a
