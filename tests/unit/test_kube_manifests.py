@@ -37,7 +37,7 @@ from paddlecloud.jobs.contract import (
     PADDLECLOUD_ENV,
     PYTORCH_ENV,
 )
-from paddlecloud.jobs.kube import manifests, names
+from paddlecloud.jobs.kube import manifests, names, rbac
 from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, JobPlan
 from paddlecloud.jobs.local.plan import build_plan
 from paddlecloud.jobs.spec import JobSpec
@@ -1051,3 +1051,66 @@ def test_trainers_wait_for_every_parameter_server(tmp_path: Path) -> None:
         second.close()  # one server stops accepting: the trainers keep waiting
         with pytest.raises(subprocess.TimeoutExpired):
             run_init(wait, pod, bin_dir, {}, timeout=1.5)
+
+
+# --- RBAC ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["per-user", "shared"])
+def test_rbac_is_least_privilege(mode: rbac.Mode) -> None:
+    role = rbac.role(mode, "paddlecloud-jobs", None if mode == "per-user" else "ml-jobs")
+    validate(role)
+    assert role["kind"] == ("ClusterRole" if mode == "per-user" else "Role")
+    for rule in role["rules"]:
+        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
+        assert not set(rule["verbs"]) & rbac.FORBIDDEN_VERBS
+        assert not set(rule["resources"]) & rbac.FORBIDDEN_RESOURCES
+        assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
+    granted = {(p.group, p.resource): set(p.verbs) for p in rbac.permissions(mode)}
+    assert granted[("", "secrets")].isdisjoint({"get", "list", "watch"}), "credentials are never read back"
+    assert granted[("", "pods")] == {"get", "list", "watch"}
+    assert granted[("", "pods/log")] == {"get"}
+    if mode == "shared":
+        assert all(p.scope == "namespaced" for p in rbac.permissions(mode))
+        assert ("", "namespaces") not in granted
+    else:
+        assert granted[("", "namespaces")] == {"get", "create", "patch"}
+
+
+def test_allowed_answers_for_recorded_requests() -> None:
+    assert rbac.allowed("create", "", "namespaces", False, "per-user")
+    assert not rbac.allowed("create", "", "namespaces", False, "shared")
+    assert not rbac.allowed("delete", "", "namespaces", False, "per-user")
+    assert not rbac.allowed("list", "", "namespaces", False, "per-user")
+    assert rbac.allowed("create", "batch", "jobs", True, "shared")
+    assert rbac.allowed("watch", "", "pods", False, "per-user"), (
+        "per user, pods are watched across namespaces"
+    )
+    assert not rbac.allowed("watch", "", "pods", False, "shared")
+    assert not rbac.allowed("create", "", "pods", True, "per-user")
+    assert not rbac.allowed("get", "", "secrets", True, "per-user")
+    assert rbac.allowed("create", "", "secrets", True, "per-user")
+    assert not rbac.allowed("create", "", "pods/exec", True, "per-user")
+    assert rbac.allowed("get", "", "pods/log", True, "shared")
+    assert not rbac.allowed("get", "apps", "jobs", True, "per-user"), "the group matters"
+
+
+def test_every_job_object_is_one_the_service_may_create() -> None:
+    plan = make_plan(pservers=2, registry=REGISTRY)
+    groups = {"v1": "", "apps/v1": "apps", "batch/v1": "batch", "networking.k8s.io/v1": "networking.k8s.io"}
+    plural = {
+        "ConfigMap": "configmaps",
+        "Secret": "secrets",
+        "NetworkPolicy": "networkpolicies",
+        "Service": "services",
+        "StatefulSet": "statefulsets",
+        "Job": "jobs",
+        "Namespace": "namespaces",
+        "ResourceQuota": "resourcequotas",
+        "LimitRange": "limitranges",
+    }
+    for mode in ("per-user", "shared"):
+        settings = settings_for(namespace_mode=mode)
+        for obj in manifests.all_objects(plan) + manifests.tenancy_objects(USER, QUOTA, settings):
+            namespaced = obj["kind"] != "Namespace"
+            assert rbac.allowed("create", groups[obj["apiVersion"]], plural[obj["kind"]], namespaced, mode)
