@@ -478,7 +478,9 @@ def test_registry_credentials_become_a_dockerconfigjson_secret() -> None:
     ("change", "message"),
     [
         ({"registry": None, "spec": {"registry": "private"}}, "no credentials were given"),
-        ({"registry": Registry("mallory", "private", "r", "u", "p")}, "is not the one"),
+        ({"registry": Registry("mallory", "private", "r", "u", "p")}, "is not one"),
+        ({"registry": Registry(USER, "other", "r", "u", "p")}, "is not one"),
+        ({"spec": {"registry": None}}, "is not one"),
         ({"settings": KubernetesSection()}, "has no volume"),
         ({"launch": {"package": "/pfs/dc1/home/bob/mnist"}}, "neither in"),
         ({"launch": {"package": f"{HOME}/../bob/mnist"}}, "neither in"),
@@ -503,6 +505,8 @@ def test_launches_the_manifests_cannot_run_are_refused(change: dict[str, Any], m
     )
     with pytest.raises(ValueError, match=message):
         manifests.job_objects(plan)
+    with pytest.raises(ValueError, match=message):
+        manifests.owner_object(plan)  # before anything is created
 
 
 def test_image_for_prefers_the_built_image_then_the_specs_then_the_platforms() -> None:

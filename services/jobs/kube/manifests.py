@@ -249,7 +249,11 @@ def _limit_range(
 
 def owner_object(plan: JobPlan) -> dict[str, Any]:
     """The job's owner: a ConfigMap with the job's spec, made first. Immutable: the spec
-    of a job never changes (labels and annotations still may)."""
+    of a job never changes (labels and annotations still may).
+
+    Raises ValueError as `job_objects` does, so a launch that cannot run is refused
+    before anything is created."""
+    _check(plan)
     spec = plan.launch.spec.to_dict()
     return {
         "apiVersion": "v1",
@@ -320,10 +324,8 @@ def _check(plan: JobPlan) -> None:
     named, registry = launch.spec.registry, plan.registry
     if named is not None and registry is None:
         raise ValueError(f"the job names registry {named!r}, but no credentials were given")
-    if registry is not None and (registry.owner != user or (named is not None and registry.name != named)):
-        raise ValueError(
-            f"registry {registry.name!r} of {registry.owner!r} is not the one {user}'s job names"
-        )
+    if registry is not None and (registry.owner, registry.name) != (user, named):
+        raise ValueError(f"registry {registry.name!r} of {registry.owner!r} is not one {user}'s job names")
     clashes = sorted(RESERVED_ENV & launch.spec.env.keys())
     if clashes:
         raise ValueError(f"env may not set variables of the runtime contract: {', '.join(clashes)}")
