@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,11 +15,12 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from .quantity import QuantityError, parse_bytes
+from .quantity import QuantityError, parse_bytes, parse_cpu_milli
 
 ENV_PREFIX = "PADDLECLOUD_"
 DEFAULT_DATA_DIR = Path("~/.paddlecloud")
@@ -109,6 +111,30 @@ class KubernetesSection(_Section):
     datacenters: dict[str, DatacenterVolume] = {}
     pserver_port: int = Field(7164, ge=1, le=65535)
     trainer_port: int = Field(7170, ge=1, le=65535)
+    # Trainer 0's PyTorch/Kubeflow rendezvous (MASTER_PORT, PADDLE_MASTER): PyTorch's default.
+    master_port: int = Field(29500, ge=1, le=65535)
+    # Workers reach each other as <pod>.<service>.<namespace>.svc.<cluster_domain>; the full
+    # name is what a pod's /etc/hosts holds for itself. "": the short .svc form, which the
+    # pods' DNS search path completes.
+    cluster_domain: str = Field(
+        "cluster.local", pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+    )
+    # Job pods run as this user and group (never root). PFS files are theirs: use the uid
+    # and gid the pfs service writes as. fs_group is off by default: with it set, the
+    # kubelet may chown a whole PFS volume on every mount.
+    run_as_user: int = Field(1000, ge=1)
+    run_as_group: int = Field(1000, ge=1)
+    fs_group: int | None = Field(None, ge=1)
+    # Job pods may reach their own job's pods, DNS and nothing else, unless listed here:
+    # the storage their programs talk to themselves (object stores, HDFS, NFS servers; a
+    # PFS volume is mounted by the node, which no NetworkPolicy restricts). No ports: all.
+    storage_cidrs: tuple[str, ...] = ()
+    storage_ports: tuple[int, ...] = ()
+    # The largest container a user's namespace admits (its LimitRange), for pods that do
+    # not come from a job spec as well as those that do; a container that asks for
+    # nothing gets a job's default, 1 CPU and 1Gi.
+    max_container_cpu: str = "256"
+    max_container_memory: str = "2Ti"
     # Every API call has this timeout; a watch asks the API server to end it after
     # watch_timeout_seconds, and the backend lists again after it.
     request_timeout_seconds: float = Field(10.0, gt=0)
@@ -119,6 +145,46 @@ class KubernetesSection(_Section):
     max_evictions: int = Field(3, ge=0)
     # Largest part of one container's log kept after its pod goes (the end is kept).
     kept_log_bytes: int = Field(8 * 2**20, gt=0)
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> KubernetesSection:
+        # Trainer 0 listens on both: its own endpoint and the rendezvous.
+        if self.trainer_port == self.master_port:
+            raise ValueError(f"trainer_port and master_port must differ (both are {self.master_port})")
+        return self
+
+    @field_validator("storage_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a CIDR such as 10.0.0.0/16") from None
+            if "/" not in cidr:
+                raise ValueError(f"{cidr!r} is not a CIDR such as 10.0.0.0/16 (the /bits are missing)")
+        return value
+
+    @field_validator("storage_ports")
+    @classmethod
+    def _ports(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        bad = [port for port in value if not 1 <= port <= 65535]
+        if bad:
+            raise ValueError(f"ports must be from 1 to 65535, not {bad}")
+        return value
+
+    @field_validator("max_container_cpu", "max_container_memory")
+    @classmethod
+    def _max_quantity(cls, value: str, info: ValidationInfo) -> str:
+        parse = parse_cpu_milli if info.field_name == "max_container_cpu" else parse_bytes
+        try:
+            amount = parse(value)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+        least = 1000 if info.field_name == "max_container_cpu" else 2**30
+        if amount < least:
+            raise ValueError(f"{value!r} is below a job's default container (1 CPU, 1Gi)")
+        return value
 
     @field_validator("kubeconfig")
     @classmethod

@@ -12,6 +12,10 @@ A job's objects (spec.py explains the length budget of a job name, 44 characters
 - `<job>-trainer`: the trainers' Indexed Job and headless Service (pods `<job>-trainer-<i>`);
 - `<job>-registry`: the job's `kubernetes.io/dockerconfigjson` Secret, with `-registry`;
 - `<job>`: the NetworkPolicy that lets the job's pods talk to each other.
+
+A user's namespace holds, besides, the tenancy objects named below. The NetworkPolicies'
+names are longer than any job name may be (spec.MAX_NAME_LENGTH), so no job's policy can
+ever take the place of the namespace's own (a shared namespace holds every user's jobs).
 """
 
 from __future__ import annotations
@@ -26,6 +30,16 @@ LABEL_JOB = "paddlecloud.org/job"  # the job's name
 LABEL_JOB_ID = "paddlecloud.org/job-id"  # the store's id: tells a resubmitted name apart
 LABEL_ROLE = "paddlecloud.org/role"  # pserver | trainer
 ANNOTATION_USER = "paddlecloud.org/user-name"  # the user's name exactly
+# LABEL_ROLE's values: a parameter server's or a trainer's objects, or the job's as a
+# whole (its owner ConfigMap, registry Secret and NetworkPolicy).
+ROLE_PSERVER = "pserver"
+ROLE_TRAINER = "trainer"
+ROLE_JOB = "job"
+# The tenancy objects of a namespace (manifests.tenancy_objects).
+QUOTA_NAME = "paddlecloud-quota"
+LIMIT_RANGE_NAME = "paddlecloud-limits"
+DENY_ALL_POLICY = "paddlecloud-namespace-deny-all-ingress-and-egress"
+DNS_STORAGE_POLICY = "paddlecloud-namespace-allow-egress-to-dns-and-storage"
 # Kubernetes' own: the trainer id of an Indexed Job's pod, the index of a StatefulSet's.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"

@@ -40,7 +40,7 @@ from typing import Any
 
 from paddlecloud.common.sandbox import Bind
 
-from ..contract import RESERVED_ENV
+from ..contract import RESERVED_ENV, JobContract, contract_env
 
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_PORT_TIMEOUT_SECONDS = 120.0
@@ -261,61 +261,39 @@ def build_plan(
     if max_restarts < 0:
         raise ValueError(f"max_restarts must not be negative, not {max_restarts}")
 
-    pserver_endpoints = [f"{host}:{port}" for port in ports]
-    trainer_endpoints = [f"{host}:{port}" for port in trainer_ports]
-    shared = {
-        "PADDLE_JOB_NAME": job_name,
-        "PADDLE_CLOUD_CURRENT_DATACENTER": datacenter,
-        "PADDLE_CLOUD_USER": user,
-        "PADDLE_CLOUD_PFS_HOME": pfs_home,
-        "PADDLE_CLOUD_OUTPUT": output,
-        "TRAINERS": str(trainers),
-        "PSERVERS": str(pservers),
-        "ENTRY": entry,
-        "TRAINER_PACKAGE": package_dir,
-        "NAMESPACE": "",
-        "PADDLE_INIT_NUM_GRADIENT_SERVERS": str(trainers),
-        "PADDLE_INIT_PSERVERS": ",".join(host for _ in ports),
-        "PADDLE_INIT_PORTS_NUM": "1",
-        "PADDLE_INIT_PORTS_NUM_FOR_SPARSE": "0",
-        "PADDLE_INIT_TRAINER_COUNT": str(devices_per_trainer),
-        "PADDLE_INIT_NUM_PASSES": str(passes),
-        "PADDLE_INIT_USE_GPU": "1" if use_gpu else "0",
-        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(pserver_endpoints),
-        "PADDLE_TRAINER_ENDPOINTS": ",".join(trainer_endpoints),
-        "PADDLE_TRAINERS_NUM": str(trainers),
-        "POD_IP": host,
-        "PADDLE_JOB_ID": job_name,
-        "PADDLE_NNODES": str(trainers),
-        "PADDLE_SERVER_NUM": str(pservers),
-        "PADDLE_TRAINER_NUM": str(trainers),
-        "PADDLE_MASTER": f"{host}:{master_port}",
-    }
+    contract = JobContract(
+        job_name=job_name,
+        user=user,
+        datacenter=datacenter,
+        pfs_home=pfs_home,
+        output=output,
+        entry=entry,
+        package_dir=package_dir,
+        namespace="",
+        passes=passes,
+        use_gpu=use_gpu,
+        devices_per_trainer=devices_per_trainer,
+        pservers=[(host, port) for port in ports],
+        trainers=[(host, port) for port in trainer_ports],
+        master=(host, master_port),
+        user_env=env,
+    )
     commands = {Role.TRAINER: entry, Role.PSERVER: psentry or entry}
 
-    def worker(role: Role, index: int, own_port: int, v1_port: int | None) -> Worker:
-        own = {
-            "TRAINING_ROLE": role.value,
-            "TRAINER_ID": str(index),
-            "PADDLE_INIT_TRAINER_ID": str(index),
-            "PADDLE_TRAINER_ID": str(index),
-            "PADDLE_INIT_PORT": "" if v1_port is None else str(v1_port),
-            "PADDLE_CURRENT_ENDPOINT": f"{host}:{own_port}",
-            "PADDLE_PORT": str(own_port),
-        }
+    def worker(role: Role, index: int, own_port: int) -> Worker:
         name = f"{role.value.lower()}-{index}"
         held = tuple((devices or {}).get(name, ()))
-        own["CUDA_VISIBLE_DEVICES"] = ",".join(held)
-        own["NVIDIA_VISIBLE_DEVICES"] = ",".join(held) or "void"
-        if role is Role.TRAINER:
-            own |= {
-                "MASTER_ADDR": host,
-                "MASTER_PORT": str(master_port),
-                "WORLD_SIZE": str(trainers),
-                "RANK": str(index),
-                "LOCAL_RANK": str(index),
-                "LOCAL_WORLD_SIZE": str(trainers),
-            }
+        # Every trainer is on this one machine: its local rank is its rank.
+        worker_env = contract_env(
+            contract,
+            role=role.value,
+            index=str(index),
+            host=host,
+            port=own_port,
+            local_rank=str(index),
+            local_world_size=trainers,
+            devices=held,
+        )
         memory, cpu = (resources or {}).get(role.value, (None, None))
         return Worker(
             name=name,
@@ -323,7 +301,7 @@ def build_plan(
             index=index,
             argv=("/bin/sh", "-c", commands[role]),
             cwd=package_dir,
-            env={**env, **shared, **own},
+            env=worker_env,
             host=host,
             port=own_port if role is Role.PSERVER else None,
             memory_bytes=memory,
@@ -331,9 +309,8 @@ def build_plan(
             devices=held,
         )
 
-    first_pserver_port = ports[0] if ports else None
-    workers = [worker(Role.PSERVER, i, port, port) for i, port in enumerate(ports)]
-    workers += [worker(Role.TRAINER, i, port, first_pserver_port) for i, port in enumerate(trainer_ports)]
+    workers = [worker(Role.PSERVER, i, port) for i, port in enumerate(ports)]
+    workers += [worker(Role.TRAINER, i, port) for i, port in enumerate(trainer_ports)]
     return Plan(
         job_name=job_name,
         workers=tuple(workers),

@@ -1,0 +1,783 @@
+"""The kubernetes backend's manifests: pure functions from a job or a user to plain dicts.
+
+Nothing here talks to the API server; every function returns Kubernetes' own JSON shape
+(`apiVersion`, `kind`, `metadata`, ...) and the same output for the same input, so the
+backend can create, compare and print (`submit --dry-run -o yaml`) them alike. They are
+checked, strict, against Kubernetes KUBERNETES_VERSION (tests/unit/test_kube_manifests.py).
+docs/kubernetes.md explains the objects; the choices that matter when reading the code:
+
+- One job = one ConfigMap (`names.owner_name`, the spec's JSON) that owns every other
+  object of the job, so deleting it removes them all (the garbage collector's cascade).
+  Children carry `blockOwnerDeletion: true` (a foreground delete of the owner ends only
+  once they are gone) and `controller: false` (no controller manages a ConfigMap).
+- Trainers are an Indexed Job: the completion index is the trainer id, read with the
+  downward API, so it survives restarts. Parameter servers are a StatefulSet, whose pod
+  index (the `apps.kubernetes.io/pod-index` label) is theirs.
+- Every worker's environment comes from `contract.contract_env`, as on the local
+  backend. Per-pod values are `$(TRAINER_ID)` references that the kubelet expands, and
+  every literal has its `$` doubled, so a user's `$(HOME)` stays as written.
+- POD_IP is the pod's stable DNS name, not its address: Paddle's fleet parameter server
+  finds itself by looking up `POD_IP:PADDLE_PORT` in PADDLE_PSERVERS_IP_PORT_LIST, which
+  holds DNS names (the only endpoints known before the pods exist).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paddlecloud.common.config import DatacenterVolume, KubernetesSection
+from paddlecloud.common.quantity import format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli
+from paddlecloud.common.store import Quota, Registry
+
+from ..backend import Launch
+from ..contract import RESERVED_ENV, JobContract, contract_env
+from ..spec import DEFAULT_CPU, DEFAULT_MEMORY, MAX_PSERVERS, MAX_TRAINERS
+from . import names
+
+# The Kubernetes version the manifests are written for and checked against: the first in
+# which everything they use is GA (Job backoffLimitPerIndex, podFailurePolicy and
+# podReplacementPolicy; the StatefulSet pod-index label).
+KUBERNETES_VERSION = "1.33"
+
+# Where the job package is unpacked, the working directory of every worker (as on the
+# local backend, whose sandboxed workers also run in /job/work).
+WORK_DIR = "/job/work"
+GPU_RESOURCE = "nvidia.com/gpu"
+PFS_VOLUME = "pfs"
+WORK_VOLUME = "work"
+POD_SECURITY = "pod-security.kubernetes.io"
+# The owner ConfigMap's key for the job's spec.
+SPEC_KEY = "spec.json"
+
+# The downward API fields that hold a pod's index within its role.
+_INDEX_FIELD = {
+    "PSERVER": f"metadata.labels['{names.POD_INDEX}']",
+    "TRAINER": f"metadata.annotations['{names.COMPLETION_INDEX}']",
+}
+_ROLE_LABEL = {"PSERVER": names.ROLE_PSERVER, "TRAINER": names.ROLE_TRAINER}
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """Everything the manifests of one job depend on, resolved by the backend.
+
+    `image` is what the job's containers run (`image_for`); `registry` the saved
+    credentials the spec names (None when it names none); `owner_uid` the uid of the
+    job's owner ConfigMap, which its children's ownerReferences need: create the owner
+    first, then the children with its uid (the placeholder serves a dry run)."""
+
+    launch: Launch
+    settings: KubernetesSection
+    namespace: str
+    image: str
+    registry: Registry | None = None
+    owner_uid: str = "<owner-uid>"
+
+
+def image_for(launch: Launch, settings: KubernetesSection) -> str:
+    """The image a job runs: the one built for its requirements, else the spec's, else
+    the platform's (its GPU image for a job that asks for GPUs, where there is one)."""
+    if launch.runtime is not None and launch.runtime.image:
+        return launch.runtime.image
+    if launch.spec.image:
+        return launch.spec.image
+    if launch.spec.gpu > 0 and settings.gpu_image:
+        return settings.gpu_image
+    return settings.default_image
+
+
+# --- Tenancy ---------------------------------------------------------------------------
+
+
+def namespace_of(user: str, settings: KubernetesSection) -> str:
+    """The namespace `user`'s jobs run in, in either mode."""
+    if settings.namespace_mode == "shared":
+        return settings.namespace
+    return names.namespace_for(user, settings.namespace_prefix)
+
+
+def pod_security_level(settings: KubernetesSection) -> str:
+    """The Pod Security level a per-user namespace enforces: `restricted` unless a
+    datacenter's PFS volume is of a type it forbids. Restricted admits only volumes
+    defined through PersistentVolumes (pvc); an in-line `cephfs` volume needs
+    `baseline`, a `hostPath` one `privileged`. Job pods meet every other rule of
+    restricted whatever the level, and the namespace warns and audits at restricted."""
+    kinds = {volume.kind for volume in settings.datacenters.values()}
+    if "hostpath" in kinds:
+        return "privileged"
+    if "cephfs" in kinds:
+        return "baseline"
+    return "restricted"
+
+
+def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> list[dict[str, Any]]:
+    """The objects of `user`'s namespace, in creation order: the Namespace and its
+    ResourceQuota (per-user mode only), a LimitRange, and the NetworkPolicies that deny
+    every pod all traffic but DNS and the storage CIDRs (each job's own policy then lets
+    its pods reach each other).
+
+    In shared mode the operator made `settings.namespace`: there is no Namespace object,
+    and no ResourceQuota, since a quota there would bound every user together (the
+    service enforces each user's quota when a job is submitted). Its LimitRange and
+    policies are the namespace's, the same for every user (create them idempotently);
+    the policies select only PaddleCloud's pods, leaving the operator's own alone."""
+    namespace = namespace_of(user, settings)
+    shared = settings.namespace_mode == "shared"
+    labels = {names.MANAGED_BY: names.MANAGER}
+    annotations: dict[str, str] = {}
+    if not shared:
+        labels[names.LABEL_USER] = names.user_label(user)
+        annotations[names.ANNOTATION_USER] = user
+    objects: list[dict[str, Any]] = []
+    if not shared:
+        level = pod_security_level(settings)
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": _metadata(
+                    namespace,
+                    None,
+                    labels
+                    | {
+                        f"{POD_SECURITY}/enforce": level,
+                        f"{POD_SECURITY}/enforce-version": f"v{KUBERNETES_VERSION}",
+                        f"{POD_SECURITY}/warn": "restricted",
+                        f"{POD_SECURITY}/audit": "restricted",
+                    },
+                    annotations,
+                ),
+            }
+        )
+        quota_object = resource_quota(namespace, user, quota)
+        if quota_object is not None:
+            objects.append(quota_object)
+    objects.append(_limit_range(namespace, labels, annotations, settings))
+
+    def pods() -> dict[str, Any]:
+        # Per-user: every pod of the namespace is ours. Shared: only ours.
+        return {"matchLabels": {names.MANAGED_BY: names.MANAGER}} if shared else {}
+
+    objects.append(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _metadata(names.DENY_ALL_POLICY, namespace, labels, annotations),
+            # Selected, with no rule allowing anything: no traffic in or out.
+            "spec": {"podSelector": pods(), "policyTypes": ["Ingress", "Egress"]},
+        }
+    )
+    egress: list[dict[str, Any]] = [
+        # Port 53 anywhere: the cluster's DNS, wherever it runs (a Service, or a
+        # node-local cache outside every pod network).
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    ]
+    if settings.storage_cidrs:
+        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}} for cidr in settings.storage_cidrs]}
+        if settings.storage_ports:
+            rule["ports"] = [{"protocol": "TCP", "port": port} for port in settings.storage_ports]
+        egress.append(rule)
+    objects.append(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _metadata(names.DNS_STORAGE_POLICY, namespace, labels, annotations),
+            "spec": {"podSelector": pods(), "policyTypes": ["Egress"], "egress": egress},
+        }
+    )
+    return objects
+
+
+def resource_quota(namespace: str, user: str, quota: Quota) -> dict[str, Any] | None:
+    """The ResourceQuota of a per-user namespace from the user's Quota; None when the
+    quota limits none of what it covers (delete an existing one then). Apply it again,
+    whole, when an admin changes the quota.
+
+    cpu and memory bound requests and limits alike (job pods ask for both, equal).
+    GPUs are `requests.nvidia.com/gpu` only: Kubernetes admits no `limits.` quota for an
+    extended resource, whose request always equals its limit. `pods` follows the
+    concurrent-jobs limit: that many jobs of the largest size the spec allows, a
+    backstop that never refuses a job the service accepted. Storage is the pfs
+    service's to enforce, on the PFS, not the namespace's."""
+    hard: dict[str, str] = {}
+    if quota.cpu_milli is not None:
+        cpu = format_cpu_milli(quota.cpu_milli)
+        hard |= {"requests.cpu": cpu, "limits.cpu": cpu}
+    if quota.memory_bytes is not None:
+        memory = format_bytes(quota.memory_bytes)
+        hard |= {"requests.memory": memory, "limits.memory": memory}
+    if quota.gpu is not None:
+        hard[f"requests.{GPU_RESOURCE}"] = str(quota.gpu)
+    if quota.jobs is not None:
+        hard["pods"] = str(quota.jobs * (MAX_PSERVERS + MAX_TRAINERS))
+    if not hard:
+        return None
+    labels = {names.MANAGED_BY: names.MANAGER, names.LABEL_USER: names.user_label(user)}
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _metadata(names.QUOTA_NAME, namespace, labels, {names.ANNOTATION_USER: user}),
+        "spec": {"hard": hard},
+    }
+
+
+def _limit_range(
+    namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], settings: KubernetesSection
+) -> dict[str, Any]:
+    # A container that asks for nothing gets what a job's worker gets by default, as
+    # request and limit (so it counts in the quota as what it may use).
+    default = {"cpu": _cpu(DEFAULT_CPU), "memory": _memory(DEFAULT_MEMORY)}
+    largest = {"cpu": _cpu(settings.max_container_cpu), "memory": _memory(settings.max_container_memory)}
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _metadata(names.LIMIT_RANGE_NAME, namespace, labels, annotations),
+        "spec": {
+            "limits": [
+                {"type": "Container", "default": default, "defaultRequest": dict(default), "max": largest}
+            ]
+        },
+    }
+
+
+# --- One job ---------------------------------------------------------------------------
+
+
+def owner_object(plan: JobPlan) -> dict[str, Any]:
+    """The job's owner: a ConfigMap with the job's spec, made first. Immutable: the spec
+    of a job never changes (labels and annotations still may).
+
+    Raises ValueError as `job_objects` does, so a launch that cannot run is refused
+    before anything is created."""
+    _check(plan)
+    spec = plan.launch.spec.to_dict()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _job_metadata(plan, names.owner_name(plan.launch.spec.name), names.ROLE_JOB, owned=False),
+        "immutable": True,
+        "data": {SPEC_KEY: json.dumps(spec, sort_keys=True, separators=(",", ":"))},
+    }
+
+
+def job_objects(plan: JobPlan) -> list[dict[str, Any]]:
+    """The job's other objects, each owned by its ConfigMap, in creation order: the
+    registry Secret (when the job names a registry), the job's NetworkPolicy, then the
+    parameter servers' Service and StatefulSet (when it has any), then the trainers'
+    Service and Job, so that every name a worker looks up exists before it starts.
+
+    Raises ValueError for a launch these objects cannot run: a datacenter without a
+    volume in the settings, a package or output outside the user's PFS areas, a
+    registry that is missing or another user's, a user variable of the contract."""
+    _check(plan)
+    spec = plan.launch.spec
+    job = spec.name
+    objects: list[dict[str, Any]] = []
+    if plan.registry is not None:
+        objects.append(_registry_secret(plan, plan.registry))
+    objects.append(_job_network_policy(plan))
+    settings = plan.settings
+    if spec.pservers > 0:
+        ps_ports = {"paddle": settings.pserver_port}
+        objects.append(_headless_service(plan, "PSERVER", names.pserver_name(job), ps_ports))
+        objects.append(_pserver_statefulset(plan))
+    ports = {"paddle": settings.trainer_port, "master": settings.master_port}
+    objects.append(_headless_service(plan, "TRAINER", names.trainer_name(job), ports))
+    objects.append(_trainer_job(plan))
+    return objects
+
+
+def all_objects(plan: JobPlan) -> list[dict[str, Any]]:
+    """The owner, then its children: everything one job creates, in order."""
+    return [owner_object(plan), *job_objects(plan)]
+
+
+def redacted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`objects` with every Secret's data replaced by a placeholder, for printing."""
+    shown = []
+    for obj in objects:
+        if obj.get("kind") == "Secret":
+            obj = {**obj, "data": dict.fromkeys(obj.get("data", {}), "<redacted>")}
+        shown.append(obj)
+    return shown
+
+
+def _check(plan: JobPlan) -> None:
+    launch = plan.launch
+    dc, user = launch.datacenter, launch.job.owner
+    if dc not in plan.settings.datacenters:
+        raise ValueError(f"datacenter {dc!r} has no volume in jobs.kubernetes.datacenters")
+    home, public = _home(launch), f"/pfs/{dc}/public"
+    if launch.pfs_home != home:
+        raise ValueError(f"pfs_home {launch.pfs_home!r} is not {user}'s home on {dc}, {home!r}")
+    for what, path in (("package", launch.package), ("input", launch.input)):
+        if path is not None and not _beneath(path, home, public):
+            raise ValueError(f"the {what} {path!r} is neither in {home} nor in {public}")
+    if not _beneath(launch.output, home):
+        raise ValueError(f"the output {launch.output!r} is not in {home}")
+    if launch.package_kind not in _UNPACK:
+        raise ValueError(f"package_kind must be one of {', '.join(_UNPACK)}, not {launch.package_kind!r}")
+    named, registry = launch.spec.registry, plan.registry
+    if named is not None and registry is None:
+        raise ValueError(f"the job names registry {named!r}, but no credentials were given")
+    if registry is not None and (registry.owner, registry.name) != (user, named):
+        raise ValueError(f"registry {registry.name!r} of {registry.owner!r} is not one {user}'s job names")
+    clashes = sorted(RESERVED_ENV & launch.spec.env.keys())
+    if clashes:
+        raise ValueError(f"env may not set variables of the runtime contract: {', '.join(clashes)}")
+
+
+def _home(launch: Launch) -> str:
+    return f"/pfs/{launch.datacenter}/home/{launch.job.owner}"
+
+
+def _beneath(path: str, *roots: str) -> bool:
+    parts = path.split("/")
+    if ".." in parts or "." in parts:
+        return False
+    return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+# --- Metadata --------------------------------------------------------------------------
+
+
+def _metadata(
+    name: str, namespace: str | None, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def _labels(plan: JobPlan, role: str) -> dict[str, str]:
+    job = plan.launch.job
+    return names.job_labels(job.owner, plan.launch.spec.name, job.id) | {names.LABEL_ROLE: role}
+
+
+def _job_metadata(plan: JobPlan, name: str, role: str, *, owned: bool = True) -> dict[str, Any]:
+    meta = _metadata(
+        name, plan.namespace, _labels(plan, role), {names.ANNOTATION_USER: plan.launch.job.owner}
+    )
+    if owned:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": names.owner_name(plan.launch.spec.name),
+                "uid": plan.owner_uid,
+                "controller": False,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return meta
+
+
+def _selector(plan: JobPlan, role: str) -> dict[str, str]:
+    return {names.LABEL_JOB_ID: plan.launch.job.id, names.LABEL_ROLE: _ROLE_LABEL[role]}
+
+
+# --- Objects ---------------------------------------------------------------------------
+
+
+def _registry_secret(plan: JobPlan, registry: Registry) -> dict[str, Any]:
+    token = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    config = {
+        "auths": {
+            registry.server: {"username": registry.username, "password": registry.password, "auth": token}
+        }
+    }
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _job_metadata(plan, names.registry_secret_name(plan.launch.spec.name), names.ROLE_JOB),
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(text.encode()).decode()},
+    }
+
+
+def _job_network_policy(plan: JobPlan) -> dict[str, Any]:
+    # Any port: besides the contract's, frameworks open their own (NCCL, gloo, brpc).
+    def own() -> dict[str, Any]:
+        return {"matchLabels": {names.LABEL_JOB_ID: plan.launch.job.id}}
+
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _job_metadata(plan, plan.launch.spec.name, names.ROLE_JOB),
+        "spec": {
+            "podSelector": own(),
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": own()}]}],
+            "egress": [{"to": [{"podSelector": own()}]}],
+        },
+    }
+
+
+def _headless_service(plan: JobPlan, role: str, name: str, ports: Mapping[str, int]) -> dict[str, Any]:
+    # Headless, for the pods' own DNS names (<pod>.<service>.<ns>.svc); published before
+    # they are ready, since a worker looks its peers up while they start.
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _job_metadata(plan, name, _ROLE_LABEL[role]),
+        "spec": {
+            "clusterIP": "None",
+            "selector": _selector(plan, role),
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": port_name, "protocol": "TCP", "port": port, "targetPort": port}
+                for port_name, port in ports.items()
+            ],
+        },
+    }
+
+
+def _pserver_statefulset(plan: JobPlan) -> dict[str, Any]:
+    spec = plan.launch.spec
+    name = names.pserver_name(spec.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _job_metadata(plan, name, names.ROLE_PSERVER),
+        "spec": {
+            "serviceName": name,
+            "replicas": spec.pservers,
+            # Every server at once: none of them waits for another.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": _selector(plan, "PSERVER")},
+            "template": _pod_template(plan, "PSERVER"),
+        },
+    }
+
+
+def _trainer_job(plan: JobPlan) -> dict[str, Any]:
+    spec = plan.launch.spec
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _job_metadata(plan, names.trainer_name(spec.name), names.ROLE_TRAINER),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.trainers,
+            "parallelism": spec.trainers,
+            # Each trainer may fail max_restarts times; one more fails its index, and
+            # with no failed index allowed, the job.
+            "backoffLimitPerIndex": spec.max_restarts,
+            "maxFailedIndexes": 0,
+            # An evicted or preempted trainer is not the program's failure: it is
+            # restarted without counting (the backend bounds evictions itself).
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+                ]
+            },
+            # A replacement starts once the old pod is gone: two pods never hold one
+            # trainer's DNS name.
+            "podReplacementPolicy": "Failed",
+            "template": _pod_template(plan, "TRAINER"),
+        },
+    }
+
+
+def _pod_template(plan: JobPlan, role: str) -> dict[str, Any]:
+    settings, spec = plan.settings, plan.launch.spec
+    job = spec.name
+    security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": settings.run_as_user,
+        "runAsGroup": settings.run_as_group,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if settings.fs_group is not None:
+        security |= {"fsGroup": settings.fs_group, "fsGroupChangePolicy": "OnRootMismatch"}
+    init = [_unpack_container(plan, role)]
+    if role == "TRAINER" and spec.pservers > 0:
+        init.append(_wait_container(plan))
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never" if role == "TRAINER" else "Always",
+        # Job pods never talk to the API server, and see no Service's variables.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": security,
+        "initContainers": init,
+        "containers": [_main_container(plan, role)],
+        "volumes": [{"name": WORK_VOLUME, "emptyDir": {}}, _pfs_volume(plan)],
+    }
+    if role == "TRAINER":
+        # Indexed Job pods are named <job>-trainer-<index> as hosts; the subdomain
+        # makes that <job>-trainer-<index>.<job>-trainer.<ns>.svc resolve.
+        pod["subdomain"] = names.trainer_name(job)
+    if plan.registry is not None:
+        pod["imagePullSecrets"] = [{"name": names.registry_secret_name(job)}]
+    if role == "TRAINER" and spec.gpu > 0:
+        # GPU nodes are commonly tainted so that only pods asking for GPUs land there.
+        pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return {
+        "metadata": {
+            "labels": _labels(plan, _ROLE_LABEL[role]),
+            "annotations": {names.ANNOTATION_USER: plan.launch.job.owner},
+        },
+        "spec": pod,
+    }
+
+
+def _container_security(*, read_only_root: bool = False) -> dict[str, Any]:
+    security: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if read_only_root:
+        security["readOnlyRootFilesystem"] = True
+    return security
+
+
+def _resources(plan: JobPlan, role: str, *, gpus: bool) -> dict[str, Any]:
+    spec = plan.launch.spec
+    if role == "TRAINER":
+        amount = {"cpu": format_cpu_milli(spec.cpu_milli), "memory": format_bytes(spec.memory_bytes)}
+    else:
+        amount = {"cpu": format_cpu_milli(spec.pscpu_milli), "memory": format_bytes(spec.psmemory_bytes)}
+    limits = dict(amount)
+    if gpus and role == "TRAINER" and spec.gpu > 0:
+        limits[GPU_RESOURCE] = str(spec.gpu)
+    # Requests equal limits: a worker gets what it asked for, and the quota counts that.
+    return {"requests": amount, "limits": limits}
+
+
+def _main_container(plan: JobPlan, role: str) -> dict[str, Any]:
+    spec, settings = plan.launch.spec, plan.settings
+    command = spec.entry if role == "TRAINER" else (spec.psentry or spec.entry)
+    port = settings.trainer_port if role == "TRAINER" else settings.pserver_port
+    ports = [{"name": "paddle", "containerPort": port, "protocol": "TCP"}]
+    if role == "TRAINER":
+        ports.append({"name": "master", "containerPort": settings.master_port, "protocol": "TCP"})
+    container: dict[str, Any] = {
+        "name": _ROLE_LABEL[role],
+        "image": plan.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["/bin/sh", "-c", _literal(command)],
+        "workingDir": WORK_DIR,
+        "env": _contract_env(plan, role),
+        "ports": ports,
+        "resources": _resources(plan, role, gpus=True),
+        "securityContext": _container_security(),
+        "volumeMounts": [{"name": WORK_VOLUME, "mountPath": WORK_DIR}, *_pfs_mounts(plan)],
+        # A failed worker's last lines become its termination message: the reason.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if role == "PSERVER":
+        # Ready once it accepts connections: what `get workers` and the trainers wait for.
+        container["readinessProbe"] = {"tcpSocket": {"port": port}, "periodSeconds": 5}
+    return container
+
+
+# One command per package kind; the package's path comes in $PACKAGE, never in the text.
+_UNPACK = {
+    "dir": f'cp -R "$PACKAGE/." {WORK_DIR}/',
+    "tar": f'tar -xzf "$PACKAGE" -C {WORK_DIR}',
+    "zip": f'unzip -q -o "$PACKAGE" -d {WORK_DIR}',
+}
+
+
+def _unpack_container(plan: JobPlan, role: str) -> dict[str, Any]:
+    """Copies or unpacks the package into the work directory, makes the output
+    directory, and writes the worker's `trainer_id` and `trainer_count` there (over any
+    the package has: it may not point them elsewhere)."""
+    launch = plan.launch
+    script = "\n".join(
+        [
+            "set -eu",
+            _UNPACK[launch.package_kind],
+            'mkdir -p "$OUTPUT"',
+            f"rm -f {WORK_DIR}/trainer_id {WORK_DIR}/trainer_count",
+            f"printf '%s\\n' \"$TRAINER_ID\" > {WORK_DIR}/trainer_id",
+            f"printf '%s\\n' \"$TRAINERS\" > {WORK_DIR}/trainer_count",
+        ]
+    )
+    env = [
+        _index_env(role),
+        {"name": "TRAINERS", "value": str(launch.spec.trainers)},
+        {"name": "PACKAGE", "value": _literal(launch.package)},
+        {"name": "OUTPUT", "value": _literal(launch.output)},
+    ]
+    return {
+        "name": "unpack",
+        "image": plan.settings.init_image,
+        "imagePullPolicy": plan.settings.image_pull_policy,
+        "command": ["/bin/sh", "-c", _literal(script)],
+        "env": env,
+        "resources": _resources(plan, role, gpus=False),
+        "securityContext": _container_security(read_only_root=True),
+        "volumeMounts": [{"name": WORK_VOLUME, "mountPath": WORK_DIR}, *_pfs_mounts(plan)],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _wait_container(plan: JobPlan) -> dict[str, Any]:
+    """Waits until every parameter server accepts connections (DESIGN §4: trainers start
+    after them). No deadline: the backend fails a job whose servers cannot start."""
+    script = "\n".join(
+        [
+            "set -eu",
+            "IFS=,",
+            "for endpoint in $PSERVERS; do",
+            '  host="${endpoint%:*}"; port="${endpoint##*:}"',
+            '  echo "waiting for $host:$port"',
+            '  until nc -z -w 2 "$host" "$port"; do sleep 1; done',
+            "done",
+        ]
+    )
+    endpoints = ",".join(f"{host}:{port}" for host, port in _endpoints(plan)[0])
+    return {
+        "name": "wait-pservers",
+        "image": plan.settings.init_image,
+        "imagePullPolicy": plan.settings.image_pull_policy,
+        "command": ["/bin/sh", "-c", _literal(script)],
+        "env": [{"name": "PSERVERS", "value": endpoints}],
+        "resources": _resources(plan, "TRAINER", gpus=False),
+        "securityContext": _container_security(read_only_root=True),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+# --- Volumes ---------------------------------------------------------------------------
+
+
+def _volume(plan: JobPlan) -> DatacenterVolume:
+    return plan.settings.datacenters[plan.launch.datacenter]
+
+
+def _pfs_volume(plan: JobPlan) -> dict[str, Any]:
+    volume = _volume(plan)
+    if volume.kind == "cephfs":
+        source: dict[str, Any] = {
+            "cephfs": {
+                "monitors": list(volume.monitors),
+                "path": volume.path,
+                "user": volume.user,
+                "secretRef": {"name": volume.secret_name},
+            }
+        }
+    elif volume.kind == "pvc":
+        source = {"persistentVolumeClaim": {"claimName": volume.claim_name}}
+    else:
+        # Directory: a node without the PFS mounted fails the pod, never gets an empty one.
+        source = {"hostPath": {"path": volume.host_path, "type": "Directory"}}
+    return {"name": PFS_VOLUME, **source}
+
+
+def _pfs_mounts(plan: JobPlan) -> list[dict[str, Any]]:
+    """The user's home read-write and the public area read-only, each by subPath: the
+    rest of the PFS (other users' homes) is never in the container."""
+    dc, user = plan.launch.datacenter, plan.launch.job.owner
+    return [
+        {"name": PFS_VOLUME, "mountPath": f"/pfs/{dc}/home/{user}", "subPath": f"home/{user}"},
+        {"name": PFS_VOLUME, "mountPath": f"/pfs/{dc}/public", "subPath": "public", "readOnly": True},
+    ]
+
+
+# --- The runtime contract --------------------------------------------------------------
+
+
+def _literal(text: str) -> str:
+    """`text` as the kubelet must leave it: it expands `$(VAR)` in env values, command
+    and args, and turns `$$` into `$`."""
+    return text.replace("$", "$$")
+
+
+def _domain(settings: KubernetesSection) -> str:
+    return f"svc.{settings.cluster_domain}" if settings.cluster_domain else "svc"
+
+
+def _host(plan: JobPlan, service: str, index: str) -> str:
+    """The DNS name of a pod of a StatefulSet or Indexed Job named `service`, whose
+    headless Service has the same name: `<service>-<index>.<service>.<ns>.svc...`."""
+    return f"{service}-{index}.{service}.{plan.namespace}.{_domain(plan.settings)}"
+
+
+def _endpoints(plan: JobPlan) -> tuple[list[tuple[str, int]], list[tuple[str, int]], tuple[str, int]]:
+    spec, settings = plan.launch.spec, plan.settings
+    pservers = [
+        (_host(plan, names.pserver_name(spec.name), str(i)), settings.pserver_port)
+        for i in range(spec.pservers)
+    ]
+    trainers = [
+        (_host(plan, names.trainer_name(spec.name), str(i)), settings.trainer_port)
+        for i in range(spec.trainers)
+    ]
+    master = (_host(plan, names.trainer_name(spec.name), "0"), settings.master_port)
+    return pservers, trainers, master
+
+
+def _index_env(role: str) -> dict[str, Any]:
+    return {
+        "name": "TRAINER_ID",
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": _INDEX_FIELD[role]}},
+    }
+
+
+def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
+    """The runtime contract as a container's env: TRAINER_ID from the downward API
+    first, then everything else, whose per-pod parts refer to it as $(TRAINER_ID)."""
+    launch, spec = plan.launch, plan.launch.spec
+    pservers, trainers, master = _endpoints(plan)
+    user_env = {key: _literal(value) for key, value in spec.env.items()}
+    if launch.input is not None:
+        # As the local backend does: where the job's input is, in the worker's view.
+        user_env["PADDLE_CLOUD_INPUT"] = _literal(launch.input)
+    contract = JobContract(
+        job_name=spec.name,
+        user=_literal(launch.job.owner),
+        datacenter=launch.datacenter,
+        pfs_home=_literal(launch.pfs_home),
+        output=_literal(launch.output),
+        entry=_literal(spec.entry),
+        package_dir=WORK_DIR,
+        namespace=plan.namespace,
+        passes=spec.passes or 1,
+        use_gpu=spec.gpu > 0,
+        devices_per_trainer=max(spec.gpu, 1),
+        pservers=pservers,
+        trainers=trainers,
+        master=master,
+        user_env=user_env,
+    )
+    service = names.trainer_name(spec.name) if role == "TRAINER" else names.pserver_name(spec.name)
+    own_port = plan.settings.trainer_port if role == "TRAINER" else plan.settings.pserver_port
+    values = contract_env(
+        contract,
+        role=role,
+        index="$(TRAINER_ID)",
+        host=_host(plan, service, "$(TRAINER_ID)"),
+        port=own_port,
+        # One trainer per pod: it is alone on its machine, as far as it can see.
+        local_rank="0",
+        local_world_size=1,
+        # A GPU trainer's devices are the device plugin's to give (it sets
+        # NVIDIA_VISIBLE_DEVICES); every other worker is told it has none, so that an
+        # image whose runtime defaults to all GPUs shows it none.
+        devices=None if role == "TRAINER" and spec.gpu > 0 else (),
+    )
+    env = [_index_env(role)]
+    env += [{"name": key, "value": value} for key, value in values.items() if key != "TRAINER_ID"]
+    return env
+
+
+def _cpu(text: str) -> str:
+    return format_cpu_milli(parse_cpu_milli(text))
+
+
+def _memory(text: str) -> str:
+    return format_bytes(parse_bytes(text))

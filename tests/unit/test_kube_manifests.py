@@ -1,0 +1,1120 @@
+"""The kubernetes backend's manifests: strict schema checks, the values that matter, Pod Security, RBAC.
+
+kubernetes-validate checks shapes and field names (strict: a misspelled field fails)
+but not enum values nor nulls, so the values Kubernetes acts on are asserted here too.
+`resolve_env` plays the kubelet's part (downward API fields, `$(VAR)` expansion) so a
+worker's environment can be compared, key by key, with the local backend's.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from pydantic import ValidationError
+
+from paddlecloud.common.config import DatacenterVolume, KubernetesSection
+from paddlecloud.common.store import Job, Quota, Registry
+from paddlecloud.jobs.backend import Launch, Runtime
+from paddlecloud.jobs.contract import (
+    DEVICE_ENV,
+    FLEET_ENV,
+    KUBEFLOW_ENV,
+    PADDLE_V1_ENV,
+    PADDLECLOUD_ENV,
+    PYTORCH_ENV,
+)
+from paddlecloud.jobs.kube import manifests, names, rbac
+from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, JobPlan
+from paddlecloud.jobs.local.plan import build_plan
+from paddlecloud.jobs.spec import JobSpec
+
+JOB_ID = "0123456789abcdef0123456789abcdef"
+USER = "alice"
+DC = "dc1"
+HOME = f"/pfs/{DC}/home/{USER}"
+NAMESPACE = "paddle-alice"
+
+VOLUMES = {
+    "cephfs": DatacenterVolume(
+        kind="cephfs", monitors=("10.0.0.1:6789", "10.0.0.2:6789"), path="/pfs/dc1", secret_name="ceph-key"
+    ),
+    "pvc": DatacenterVolume(kind="pvc", claim_name="pfs-dc1"),
+    "hostpath": DatacenterVolume(kind="hostpath", host_path="/mnt/pfs/dc1"),
+}
+
+
+def settings_for(kind: str = "pvc", **overrides: Any) -> KubernetesSection:
+    return KubernetesSection(datacenters={DC: VOLUMES[kind]}, **overrides)
+
+
+def make_launch(
+    *,
+    package_kind: str = "dir",
+    input_path: str | None = None,
+    runtime: Runtime | None = None,
+    **spec_fields: Any,
+) -> Launch:
+    fields: dict[str, Any] = {"name": "mnist", "package": f"{HOME}/mnist", "trainers": 3, "pservers": 2}
+    spec = JobSpec.model_validate(fields | spec_fields)
+    package = {"dir": f"{HOME}/mnist", "tar": f"{HOME}/mnist.tar.gz", "zip": f"{HOME}/mnist.zip"}[
+        package_kind
+    ]
+    job = Job(id=JOB_ID, owner=USER, name=spec.name, state="PENDING", spec=spec.to_dict())
+    return Launch(
+        job=job,
+        spec=spec,
+        datacenter=DC,
+        pfs_home=HOME,
+        output=f"{HOME}/jobs/{spec.name}/output",
+        package=package,
+        package_kind=package_kind,
+        input=input_path,
+        runtime=runtime,
+    )
+
+
+REGISTRY = Registry(
+    owner=USER, name="private", server="registry.example.com:5000", username="bob", password="s3cr$t"
+)
+
+
+def make_plan(
+    kind: str = "pvc",
+    *,
+    registry: Registry | None = None,
+    settings: KubernetesSection | None = None,
+    **fields: Any,
+) -> JobPlan:
+    if registry is not None:
+        fields.setdefault("registry", registry.name)
+    launch = make_launch(**fields)
+    settings = settings or settings_for(kind)
+    return JobPlan(
+        launch=launch,
+        settings=settings,
+        namespace=NAMESPACE,
+        image=manifests.image_for(launch, settings),
+        registry=registry,
+        owner_uid="5f0c1d2e-0000-4000-8000-000000000001",
+    )
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Strict schema check, plus what the schemas let through: nulls (they allow any)."""
+    assert kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True) == KUBERNETES_VERSION
+    for path, value in walk(obj):
+        assert value is not None, f"{obj['kind']} {obj['metadata']['name']}: {path} is null"
+
+
+def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from walk(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from walk(item, f"{path}[{i}]")
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = by_kind(objects, kind)
+    return found
+
+
+def pod_templates(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Role → pod template of every workload."""
+    found = {}
+    for obj in objects:
+        if obj["kind"] in ("StatefulSet", "Job"):
+            found[obj["spec"]["template"]["metadata"]["labels"][names.LABEL_ROLE]] = obj["spec"]["template"]
+    return found
+
+
+def containers(pod_spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+
+
+# --- Playing the kubelet -----------------------------------------------------------------
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' `$(VAR)` expansion (third_party/forked/golang/expansion): `$$` is `$`,
+    `$(NAME)` a defined variable's value or itself, any other `$` stays."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            following = text[i + 1]
+            if following == "$":
+                out.append("$")
+                i += 2
+                continue
+            if following == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    out.append(env.get(text[i + 2 : end], text[i : end + 1]))
+                    i = end + 1
+                    continue
+                out.append("$(")
+                i += 2
+                continue
+            out.append("$" + following)
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def test_expand_is_kubernetes_expansion() -> None:
+    env = {"A": "x", "B": "$(A)"}
+    assert expand("$(A)-$(B)-$(C)", env) == "x-$(A)-$(C)"  # values are not expanded again
+    assert expand("$$(A) $$ $x $( a$", env) == "$(A) $ $x $( a$"
+
+
+def field_value(path: str, pod: Mapping[str, Any]) -> str:
+    for prefix, source in (("metadata.annotations", "annotations"), ("metadata.labels", "labels")):
+        if path.startswith(prefix + "['"):
+            return pod["metadata"][source][path[len(prefix) + 2 : -2]]
+    if path == "status.podIP":
+        return pod["status"]["podIP"]
+    if path == "metadata.namespace":
+        return pod["metadata"]["namespace"]
+    raise AssertionError(f"no downward API field {path} in this resolver")
+
+
+def resolve_env(container: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, str]:
+    """A container's environment as the kubelet makes it, in order."""
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "valueFrom" in var:
+            env[var["name"]] = field_value(var["valueFrom"]["fieldRef"]["fieldPath"], pod)
+        else:
+            env[var["name"]] = expand(var["value"], env)
+    return env
+
+
+def running_pod(template: Mapping[str, Any], role: str, index: int, pod_ip: str) -> dict[str, Any]:
+    """What the controllers add to a pod of `template`: its index and its address."""
+    metadata: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "labels": dict(template["metadata"]["labels"]),
+        "annotations": dict(template["metadata"].get("annotations", {})),
+    }
+    if role == names.ROLE_TRAINER:
+        metadata["annotations"][names.COMPLETION_INDEX] = str(index)
+    else:
+        metadata["labels"][names.POD_INDEX] = str(index)
+    return {"metadata": metadata, "spec": template["spec"], "status": {"podIP": pod_ip}}
+
+
+def worker_env(plan: JobPlan, role: str, index: int, pod_ip: str = "10.1.2.3") -> dict[str, str]:
+    template = pod_templates(manifests.job_objects(plan))[role]
+    pod = running_pod(template, role, index, pod_ip)
+    return resolve_env(pod["spec"]["containers"][0], pod)
+
+
+# --- Every manifest, strictly valid ------------------------------------------------------
+
+MATRIX = list(itertools.product([0, 2], [0, 3], ["cephfs", "pvc", "hostpath"], [None, REGISTRY]))
+
+
+@pytest.mark.parametrize(("gpu", "pservers", "kind", "registry"), MATRIX)
+def test_every_job_manifest_is_valid(gpu: int, pservers: int, kind: str, registry: Registry | None) -> None:
+    plan = make_plan(kind, gpu=gpu, pservers=pservers, registry=registry)
+    objects = manifests.all_objects(plan)
+    for obj in objects:
+        validate(obj)
+    kinds = [o["kind"] for o in objects]
+    expected = ["ConfigMap", *(["Secret"] if registry else []), "NetworkPolicy"]
+    expected += ["Service", "StatefulSet"] if pservers else []
+    expected += ["Service", "Job"]
+    assert kinds == expected
+    assert_job_invariants(plan, objects)
+
+
+def assert_job_invariants(plan: JobPlan, objects: list[dict[str, Any]]) -> None:
+    spec = plan.launch.spec
+    owner, children = objects[0], objects[1:]
+    assert owner["metadata"]["name"] == names.owner_name(spec.name)
+    assert "ownerReferences" not in owner["metadata"]
+    assert json.loads(owner["data"][manifests.SPEC_KEY]) == spec.to_dict()
+    for obj in objects:
+        meta = obj["metadata"]
+        assert meta["namespace"] == NAMESPACE
+        labels = meta["labels"]
+        assert labels[names.MANAGED_BY] == names.MANAGER
+        assert labels[names.LABEL_USER] == names.user_label(USER)
+        assert labels[names.LABEL_JOB] == spec.name
+        assert labels[names.LABEL_JOB_ID] == JOB_ID
+        assert labels[names.LABEL_ROLE] in (names.ROLE_JOB, names.ROLE_PSERVER, names.ROLE_TRAINER)
+    for child in children:
+        (ref,) = child["metadata"]["ownerReferences"]
+        assert ref == {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner["metadata"]["name"],
+            "uid": plan.owner_uid,
+            "controller": False,
+            "blockOwnerDeletion": True,
+        }
+    templates = pod_templates(objects)
+    assert set(templates) == ({names.ROLE_PSERVER} if spec.pservers else set()) | {names.ROLE_TRAINER}
+    for role, template in templates.items():
+        assert template["metadata"]["labels"] == names.job_labels(USER, spec.name, JOB_ID) | {
+            names.LABEL_ROLE: role
+        }
+        assert_pod(plan, role, template["spec"])
+    no_shared_parts(objects)
+
+
+def no_shared_parts(objects: list[dict[str, Any]]) -> None:
+    """No dict or list appears twice: a caller may change one manifest without another."""
+    seen: dict[int, str] = {}
+    for n, obj in enumerate(objects):
+        for path, value in walk(obj):
+            if isinstance(value, dict | list):
+                assert id(value) not in seen, f"{n}{path} is also {seen[id(value)]}"
+                seen[id(value)] = f"{n}{path}"
+
+
+def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
+    spec, settings = plan.launch.spec, plan.settings
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
+    assert pod["restartPolicy"] == ("Never" if role == names.ROLE_TRAINER else "Always")
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert restricted_violations(pod) == pfs_violations(settings)
+    if plan.registry is not None:
+        assert pod["imagePullSecrets"] == [{"name": names.registry_secret_name(spec.name)}]
+    else:
+        assert "imagePullSecrets" not in pod
+    (main,) = pod["containers"]
+    assert main["name"] == role
+    assert main["image"] == plan.image
+    assert main["workingDir"] == manifests.WORK_DIR
+    assert main["command"] == ["/bin/sh", "-c", spec.entry]
+    cpu, memory = (spec.cpu, spec.memory) if role == names.ROLE_TRAINER else (spec.pscpu, spec.psmemory)
+    wanted = {"cpu": str(cpu), "memory": str(memory)}
+    assert main["resources"]["requests"] == wanted
+    gpus = {"nvidia.com/gpu": str(spec.gpu)} if role == names.ROLE_TRAINER and spec.gpu else {}
+    assert main["resources"]["limits"] == wanted | gpus
+    for init in pod["initContainers"]:
+        assert init["image"] == settings.init_image
+        assert "nvidia.com/gpu" not in init["resources"]["limits"]
+        assert init["resources"]["limits"] == wanted, "init containers must not raise the pod's resources"
+    init_names = [c["name"] for c in pod["initContainers"]]
+    waits = role == names.ROLE_TRAINER and spec.pservers > 0
+    assert init_names == ["unpack", *(["wait-pservers"] if waits else [])]
+    assert_pfs_mounts(plan, pod)
+    assert_contract_keys(role, main)
+
+
+def assert_pfs_mounts(plan: JobPlan, pod: dict[str, Any]) -> None:
+    """Home read-write and public read-only, by subPath; never the whole PFS."""
+    (pfs,) = [v for v in pod["volumes"] if v["name"] == manifests.PFS_VOLUME]
+    volume = plan.settings.datacenters[DC]
+    sources: dict[str, dict[str, Any]] = {
+        "cephfs": {
+            "cephfs": {
+                "monitors": list(volume.monitors),
+                "path": volume.path,
+                "user": volume.user,
+                "secretRef": {"name": volume.secret_name},
+            }
+        },
+        "pvc": {"persistentVolumeClaim": {"claimName": volume.claim_name}},
+        "hostpath": {"hostPath": {"path": volume.host_path, "type": "Directory"}},
+    }
+    assert pfs == {"name": manifests.PFS_VOLUME, **sources[volume.kind]}
+    for container in containers(pod):
+        mounts = [m for m in container.get("volumeMounts", []) if m["name"] == manifests.PFS_VOLUME]
+        if container["name"] == "wait-pservers":
+            assert mounts == []
+            continue
+        assert mounts == [
+            {"name": "pfs", "mountPath": HOME, "subPath": f"home/{USER}"},
+            {"name": "pfs", "mountPath": f"/pfs/{DC}/public", "subPath": "public", "readOnly": True},
+        ]
+        for mount in container.get("volumeMounts", []):
+            assert mount["mountPath"] not in ("/pfs", f"/pfs/{DC}", f"/pfs/{DC}/home")
+            assert mount.get("subPath", "") != "" or mount["name"] != manifests.PFS_VOLUME
+
+
+def assert_contract_keys(role: str, container: dict[str, Any]) -> None:
+    keys = [var["name"] for var in container["env"]]
+    assert len(keys) == len(set(keys))
+    expected = set(PADDLECLOUD_ENV + PADDLE_V1_ENV + FLEET_ENV + KUBEFLOW_ENV)
+    if role == names.ROLE_TRAINER:
+        expected |= set(PYTORCH_ENV)
+    else:
+        assert not set(PYTORCH_ENV) & set(keys), "a pserver must not look like a torch rank"
+    assert expected <= set(keys)
+    # The index comes first: every later value may refer to it.
+    assert container["env"][0]["name"] == "TRAINER_ID"
+    assert "valueFrom" in container["env"][0]
+
+
+def test_trainers_are_an_indexed_job() -> None:
+    plan = make_plan(max_restarts=4)
+    job = one(manifests.job_objects(plan), "Job")
+    assert job["metadata"]["name"] == "mnist-trainer"
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 3
+    assert spec["backoffLimitPerIndex"] == 4
+    assert spec["maxFailedIndexes"] == 0
+    assert "backoffLimit" not in spec
+    assert spec["podReplacementPolicy"] == "Failed"
+    assert spec["podFailurePolicy"] == {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "mnist-trainer"
+    index = pod["containers"][0]["env"][0]
+    assert index == {
+        "name": "TRAINER_ID",
+        "valueFrom": {
+            "fieldRef": {
+                "apiVersion": "v1",
+                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+            }
+        },
+    }
+
+
+def test_parameter_servers_are_a_parallel_statefulset_behind_a_headless_service() -> None:
+    plan = make_plan(pservers=3)
+    objects = manifests.job_objects(plan)
+    sts = one(objects, "StatefulSet")
+    assert sts["metadata"]["name"] == sts["spec"]["serviceName"] == "mnist-pserver"
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    template_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert sts["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
+    main = sts["spec"]["template"]["spec"]["containers"][0]
+    assert (
+        main["env"][0]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.labels['apps.kubernetes.io/pod-index']"
+    )
+    assert main["readinessProbe"]["tcpSocket"]["port"] == plan.settings.pserver_port
+    services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
+    assert set(services) == {"mnist-pserver", "mnist-trainer"}
+    for name, service in services.items():
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["publishNotReadyAddresses"] is True
+        role = name.rsplit("-", 1)[1]
+        pods = pod_templates(objects)[role]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pods.items()
+    assert [p["port"] for p in services["mnist-pserver"]["spec"]["ports"]] == [7164]
+    assert [p["port"] for p in services["mnist-trainer"]["spec"]["ports"]] == [7170, 29500]
+
+
+def test_without_parameter_servers_there_is_nothing_to_wait_for() -> None:
+    objects = manifests.job_objects(make_plan(pservers=0))
+    assert not by_kind(objects, "StatefulSet")
+    assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["mnist-trainer"]
+    init = pod_templates(objects)[names.ROLE_TRAINER]["spec"]["initContainers"]
+    assert [c["name"] for c in init] == ["unpack"]
+
+
+def test_the_job_network_policy_joins_its_own_pods_only() -> None:
+    policy = one(manifests.job_objects(make_plan()), "NetworkPolicy")
+    own = {"podSelector": {"matchLabels": {names.LABEL_JOB_ID: JOB_ID}}}
+    assert policy["metadata"]["name"] == "mnist"
+    assert policy["spec"] == {
+        "podSelector": own["podSelector"],
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": [own]}],
+        "egress": [{"to": [own]}],
+    }
+
+
+def test_registry_credentials_become_a_dockerconfigjson_secret() -> None:
+    plan = make_plan(registry=REGISTRY)
+    secret = one(manifests.job_objects(plan), "Secret")
+    assert secret["metadata"]["name"] == "mnist-registry"
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    assert config == {
+        "auths": {
+            "registry.example.com:5000": {
+                "username": "bob",
+                "password": "s3cr$t",
+                "auth": base64.b64encode(b"bob:s3cr$t").decode(),
+            }
+        }
+    }
+    shown = manifests.redacted(manifests.all_objects(plan))
+    assert "s3cr" not in json.dumps(shown)
+    assert one(shown, "Secret")["data"] == {".dockerconfigjson": "<redacted>"}
+    assert one(manifests.all_objects(plan), "Secret")["data"] == secret["data"], "redacted copies"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"registry": None, "spec": {"registry": "private"}}, "no credentials were given"),
+        ({"registry": Registry("mallory", "private", "r", "u", "p")}, "is not one"),
+        ({"registry": Registry(USER, "other", "r", "u", "p")}, "is not one"),
+        ({"spec": {"registry": None}}, "is not one"),
+        ({"settings": KubernetesSection()}, "has no volume"),
+        ({"launch": {"package": "/pfs/dc1/home/bob/mnist"}}, "neither in"),
+        ({"launch": {"package": f"{HOME}/../bob/mnist"}}, "neither in"),
+        ({"launch": {"input": "/pfs/dc2/public/data"}}, "neither in"),
+        ({"launch": {"output": "/pfs/dc1/public/out"}}, "is not in"),
+        ({"launch": {"package_kind": "rar"}}, "package_kind"),
+    ],
+)
+def test_launches_the_manifests_cannot_run_are_refused(change: dict[str, Any], message: str) -> None:
+    plan = make_plan(registry=REGISTRY)
+    launch = plan.launch
+    if "spec" in change:
+        launch = Launch(**{**vars(launch), "spec": launch.spec.model_copy(update=change["spec"])})
+    if "launch" in change:
+        launch = Launch(**{**vars(launch), **change["launch"]})
+    plan = JobPlan(
+        launch=launch,
+        settings=change.get("settings", plan.settings),
+        namespace=NAMESPACE,
+        image="x",
+        registry=change.get("registry", plan.registry),
+    )
+    with pytest.raises(ValueError, match=message):
+        manifests.job_objects(plan)
+    with pytest.raises(ValueError, match=message):
+        manifests.owner_object(plan)  # before anything is created
+
+
+def test_image_for_prefers_the_built_image_then_the_specs_then_the_platforms() -> None:
+    settings = settings_for(gpu_image="cuda:12")
+    assert (
+        manifests.image_for(make_launch(runtime=Runtime(image="built:1"), image="mine:2"), settings)
+        == "built:1"
+    )
+    assert manifests.image_for(
+        make_launch(runtime=Runtime(python="/x/bin/python"), image="mine:2"), settings
+    ) == ("mine:2")
+    assert manifests.image_for(make_launch(gpu=1), settings) == "cuda:12"
+    assert manifests.image_for(make_launch(gpu=1), settings_for()) == "python:3.11-slim"
+    assert manifests.image_for(make_launch(), settings) == "python:3.11-slim"
+
+
+def test_output_is_deterministic() -> None:
+    first = json.dumps(manifests.all_objects(make_plan(registry=REGISTRY, gpu=1)))
+    assert json.dumps(manifests.all_objects(make_plan(registry=REGISTRY, gpu=1))) == first
+
+
+def test_fs_group_when_set_never_chowns_the_volume_on_every_mount() -> None:
+    plan = make_plan(settings=settings_for(fs_group=2000))
+    pod = pod_templates(manifests.job_objects(plan))[names.ROLE_TRAINER]["spec"]
+    assert pod["securityContext"]["fsGroup"] == 2000
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
+def test_gpu_trainers_tolerate_gpu_nodes_and_parameter_servers_get_no_gpu() -> None:
+    templates = pod_templates(manifests.job_objects(make_plan(gpu=2)))
+    assert templates["trainer"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "tolerations" not in templates["pserver"]["spec"]
+    assert "nvidia.com/gpu" not in templates["pserver"]["spec"]["containers"][0]["resources"]["limits"]
+
+
+# --- Pod Security ----------------------------------------------------------------------
+
+# Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards/).
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+SELINUX_TYPES = {None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+
+def baseline_violations(pod: Mapping[str, Any]) -> list[str]:
+    found = [key for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key)]
+    pod_security = pod.get("securityContext", {})
+    found += [f"sysctl {s['name']}" for s in pod_security.get("sysctls", []) if s["name"] not in SAFE_SYSCTLS]
+    found += [f"volume {v['name']}: hostPath" for v in pod.get("volumes", []) if "hostPath" in v]
+    for where, security in [("pod", pod_security)] + [
+        (c["name"], c.get("securityContext", {})) for c in containers(pod)
+    ]:
+        if security.get("windowsOptions", {}).get("hostProcess"):
+            found.append(f"{where}: hostProcess")
+        if security.get("privileged"):
+            found.append(f"{where}: privileged")
+        extra = set(security.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES
+        if extra:
+            found.append(f"{where}: adds {sorted(extra)}")
+        if security.get("procMount", "Default") != "Default":
+            found.append(f"{where}: procMount")
+        if security.get("seccompProfile", {}).get("type") == "Unconfined":
+            found.append(f"{where}: seccomp Unconfined")
+        if security.get("appArmorProfile", {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+            found.append(f"{where}: AppArmor")
+        selinux = security.get("seLinuxOptions", {})
+        if selinux.get("type") not in SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
+            found.append(f"{where}: SELinux")
+    for container in containers(pod):
+        if any(port.get("hostPort") for port in container.get("ports", [])):
+            found.append(f"{container['name']}: hostPort")
+    return found
+
+
+def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
+    """Every rule of Pod Security's `restricted` level (which includes baseline's)."""
+    found = baseline_violations(pod)
+    for volume in pod.get("volumes", []):
+        kind = next(k for k in volume if k != "name")
+        if kind not in RESTRICTED_VOLUMES and kind != "hostPath":  # hostPath: counted by baseline
+            found.append(f"volume {volume['name']}: {kind}")
+    pod_security = pod.get("securityContext", {})
+    if pod_security.get("runAsUser") == 0:
+        found.append("pod: runAsUser 0")
+    for container in containers(pod):
+        name, security = container["name"], container.get("securityContext", {})
+        if security.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation is not false")
+        caps = security.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            found.append(f"{name}: does not drop ALL capabilities")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{name}: adds capabilities")
+        if security.get("runAsNonRoot", pod_security.get("runAsNonRoot")) is not True:
+            found.append(f"{name}: runAsNonRoot is not true")
+        if security.get("runAsUser") == 0:
+            found.append(f"{name}: runAsUser 0")
+        seccomp = security.get("seccompProfile", pod_security.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{name}: seccomp {seccomp}")
+    return found
+
+
+def pfs_violations(settings: KubernetesSection) -> list[str]:
+    """What restricted refuses of a job pod: only an in-line PFS volume, never more."""
+    kind = settings.datacenters[DC].kind
+    return {"pvc": [], "cephfs": ["volume pfs: cephfs"], "hostpath": ["volume pfs: hostPath"]}[kind]
+
+
+def test_the_pod_security_checks_catch_what_they_check() -> None:
+    pod = pod_templates(manifests.job_objects(make_plan()))[names.ROLE_TRAINER]["spec"]
+    assert restricted_violations(pod) == []
+    bad = json.loads(json.dumps(pod))
+    bad["hostNetwork"] = True
+    bad["securityContext"]["sysctls"] = [{"name": "kernel.msgmax", "value": "1"}]
+    main = bad["containers"][0]
+    main["securityContext"] |= {"allowPrivilegeEscalation": True, "privileged": True, "runAsUser": 0}
+    main["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
+    main["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+    main["ports"][0]["hostPort"] = 80
+    bad["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    bad["volumes"].append({"name": "nfs", "nfs": {"server": "x", "path": "/"}})
+    found = restricted_violations(bad)
+    for words in [
+        "hostNetwork",
+        "sysctl kernel.msgmax",
+        "volume host: hostPath",
+        "volume nfs: nfs",
+        "trainer: privileged",
+        "trainer: adds ['SYS_ADMIN']",
+        "trainer: seccomp Unconfined",
+        "trainer: hostPort",
+        "trainer: allowPrivilegeEscalation is not false",
+        "trainer: does not drop ALL capabilities",
+        "trainer: runAsUser 0",
+    ]:
+        assert words in found, (words, found)
+
+
+@pytest.mark.parametrize("kind", ["pvc", "cephfs", "hostpath"])
+def test_job_pods_meet_restricted_but_for_an_inline_pfs_volume(kind: str) -> None:
+    plan = make_plan(kind, pservers=2, registry=REGISTRY)
+    for template in pod_templates(manifests.job_objects(plan)).values():
+        assert restricted_violations(template["spec"]) == pfs_violations(plan.settings)
+        # ...and the namespace's level admits them.
+        level = manifests.pod_security_level(plan.settings)
+        if level == "restricted":
+            assert restricted_violations(template["spec"]) == []
+        elif level == "baseline":
+            assert baseline_violations(template["spec"]) == []
+        else:
+            assert level == "privileged" and kind == "hostpath"
+
+
+# --- Tenancy -----------------------------------------------------------------------------
+
+QUOTA = Quota(cpu_milli=8500, gpu=4, memory_bytes=32 * 2**30, jobs=3, storage_bytes=10**12)
+
+
+@pytest.mark.parametrize("kind", ["cephfs", "pvc", "hostpath"])
+@pytest.mark.parametrize("quota", [QUOTA, Quota()])
+def test_per_user_tenancy(kind: str, quota: Quota) -> None:
+    settings = settings_for(kind, storage_cidrs=("10.0.0.0/24", "fd00::/64"), storage_ports=(6789, 3300))
+    objects = manifests.tenancy_objects("Alice@Example.com", quota, settings)
+    for obj in objects:
+        validate(obj)
+        assert obj["metadata"]["labels"][names.MANAGED_BY] == names.MANAGER
+        assert obj["metadata"]["labels"][names.LABEL_USER] == names.user_label("Alice@Example.com")
+        assert obj["metadata"]["annotations"][names.ANNOTATION_USER] == "Alice@Example.com"
+    namespace = names.namespace_for("Alice@Example.com", "paddle-")
+    kinds = [o["kind"] for o in objects]
+    quota_kinds = ["ResourceQuota"] if quota != Quota() else []
+    assert kinds == ["Namespace", *quota_kinds, "LimitRange", "NetworkPolicy", "NetworkPolicy"]
+    ns = objects[0]
+    assert ns["metadata"]["name"] == namespace
+    level = {"pvc": "restricted", "cephfs": "baseline", "hostpath": "privileged"}[kind]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == level
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] == f"v{KUBERNETES_VERSION}"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/audit"] == "restricted"
+    assert all(o["metadata"]["namespace"] == namespace for o in objects[1:])
+    deny, egress = by_kind(objects, "NetworkPolicy")
+    assert deny["metadata"]["name"] == names.DENY_ALL_POLICY
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    assert egress["spec"]["podSelector"] == {}
+    assert egress["spec"]["policyTypes"] == ["Egress"]
+    assert egress["spec"]["egress"] == [
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {
+            "to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}],
+            "ports": [{"protocol": "TCP", "port": 6789}, {"protocol": "TCP", "port": 3300}],
+        },
+    ]
+
+
+def test_shared_tenancy_makes_no_namespace_and_no_quota() -> None:
+    settings = settings_for("pvc", namespace_mode="shared", namespace="ml-jobs")
+    objects = manifests.tenancy_objects("alice", QUOTA, settings)
+    assert [o["kind"] for o in objects] == ["LimitRange", "NetworkPolicy", "NetworkPolicy"]
+    for obj in objects:
+        validate(obj)
+        assert obj["metadata"]["namespace"] == "ml-jobs"
+        assert obj["metadata"]["labels"] == {names.MANAGED_BY: names.MANAGER}
+        assert "annotations" not in obj["metadata"], "the namespace's objects are no one user's"
+    # The operator's own pods there are left alone.
+    for policy in by_kind(objects, "NetworkPolicy"):
+        assert policy["spec"]["podSelector"] == {"matchLabels": {names.MANAGED_BY: names.MANAGER}}
+    egress = by_kind(objects, "NetworkPolicy")[1]
+    assert egress["spec"]["egress"] == [
+        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    ]
+    # Every user gets the same objects: create them idempotently.
+    assert manifests.tenancy_objects("bob", Quota(cpu_milli=1), settings) == objects
+    assert manifests.namespace_of("bob", settings) == "ml-jobs"
+
+
+def test_resource_quota_from_a_users_quota() -> None:
+    quota = manifests.resource_quota("paddle-alice", "alice", QUOTA)
+    assert quota is not None
+    validate(quota)
+    assert quota["metadata"]["name"] == names.QUOTA_NAME
+    assert quota["spec"]["hard"] == {
+        "requests.cpu": "8500m",
+        "limits.cpu": "8500m",
+        "requests.memory": "32Gi",
+        "limits.memory": "32Gi",
+        "requests.nvidia.com/gpu": "4",
+        "pods": "6000",
+    }
+    no_gpus = manifests.resource_quota("paddle-alice", "alice", Quota(gpu=0))
+    assert no_gpus is not None
+    assert no_gpus["spec"]["hard"] == {"requests.nvidia.com/gpu": "0"}
+    assert manifests.resource_quota("paddle-alice", "alice", Quota(storage_bytes=5)) is None
+
+
+def test_limit_range_bounds_a_container_that_asks_for_nothing() -> None:
+    settings = settings_for(max_container_cpu="96", max_container_memory="768Gi")
+    (limits,) = by_kind(manifests.tenancy_objects("alice", Quota(), settings), "LimitRange")
+    assert limits["spec"]["limits"] == [
+        {
+            "type": "Container",
+            "default": {"cpu": "1", "memory": "1Gi"},
+            "defaultRequest": {"cpu": "1", "memory": "1Gi"},
+            "max": {"cpu": "96", "memory": "768Gi"},
+        }
+    ]
+
+
+def test_tenancy_names_can_never_be_a_jobs_names() -> None:
+    for name in (names.DENY_ALL_POLICY, names.DNS_STORAGE_POLICY):
+        with pytest.raises(ValidationError):
+            JobSpec(name=name, package="p")
+
+
+def test_kubernetes_settings_are_checked() -> None:
+    bad_settings: list[dict[str, Any]] = [
+        {"storage_cidrs": ["10.0.0.1"]},
+        {"storage_cidrs": ["ten"]},
+        {"storage_ports": [0]},
+        {"max_container_cpu": "500m"},
+        {"max_container_memory": "lots"},
+        {"cluster_domain": "Cluster.Local"},
+        {"run_as_user": 0},
+        {"master_port": 7170},
+    ]
+    for bad in bad_settings:
+        with pytest.raises(ValidationError):
+            KubernetesSection(**bad)
+    assert KubernetesSection(cluster_domain="").cluster_domain == ""
+
+
+def test_short_dns_names_without_a_cluster_domain() -> None:
+    env = worker_env(make_plan(settings=settings_for(cluster_domain="")), names.ROLE_TRAINER, 1)
+    assert env["POD_IP"] == f"mnist-trainer-1.mnist-trainer.{NAMESPACE}.svc"
+
+
+# --- The runtime contract, compared with the local backend's ----------------------------
+
+# Keys whose values differ between the backends, and how:
+# - hosts: local workers are all 127.0.0.1; a pod is <pod>.<service>.<ns>.svc.<domain>.
+#   In these keys every host is replaced by H before comparing; ports, order and counts
+#   must agree (the local plan is given the kube ports to make that so).
+HOST_KEYS = {
+    "POD_IP",
+    "PADDLE_INIT_PSERVERS",
+    "PADDLE_PSERVERS_IP_PORT_LIST",
+    "PADDLE_TRAINER_ENDPOINTS",
+    "PADDLE_CURRENT_ENDPOINT",
+    "MASTER_ADDR",
+    "PADDLE_MASTER",
+}
+# - NAMESPACE: "" locally (there is none), the job's namespace on Kubernetes;
+# - TRAINER_PACKAGE: the package's path locally, the unpacked copy (/job/work) in a pod;
+# - LOCAL_RANK, LOCAL_WORLD_SIZE: locally every trainer shares the machine (its rank, the
+#   trainer count); in a pod it is alone (0, 1);
+# - DEVICE_ENV for a GPU trainer: locally the GPUs it holds; on Kubernetes the device
+#   plugin sets NVIDIA_VISIBLE_DEVICES itself, so neither key is in the manifest.
+OTHER_KEYS = {"NAMESPACE", "TRAINER_PACKAGE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+
+
+def hostless(key: str, value: str) -> str:
+    if key in ("POD_IP", "MASTER_ADDR"):
+        return "H"
+    if key == "PADDLE_INIT_PSERVERS":
+        return ",".join("H" for part in value.split(",") if part)
+    return ",".join(f"H:{part.rsplit(':', 1)[1]}" for part in value.split(",") if part)
+
+
+def local_envs(plan: JobPlan) -> dict[tuple[str, int], dict[str, str]]:
+    """What the local backend gives the same job's workers (local/backend.py's call)."""
+    launch, spec, settings = plan.launch, plan.launch.spec, plan.settings
+    env = dict(spec.env)
+    if launch.input is not None:
+        env["PADDLE_CLOUD_INPUT"] = launch.input
+    local = build_plan(
+        job_name=spec.name,
+        user=launch.job.owner,
+        datacenter=launch.datacenter,
+        pfs_home=launch.pfs_home,
+        output=launch.output,
+        package_dir=launch.package,
+        entry=spec.entry,
+        psentry=spec.psentry,
+        trainers=spec.trainers,
+        pservers=spec.pservers,
+        passes=spec.passes or 1,
+        env=env,
+        use_gpu=spec.gpu > 0,
+        max_restarts=spec.max_restarts,
+        ports=[settings.pserver_port] * spec.pservers,
+        trainer_ports=[settings.trainer_port] * spec.trainers,
+        master_port=settings.master_port,
+        devices_per_trainer=max(spec.gpu, 1),
+        devices={f"trainer-{i}": [str(i)] * spec.gpu for i in range(spec.trainers)} if spec.gpu else None,
+    )
+    return {(w.role.value.lower(), w.index): dict(w.env) for w in local.workers}
+
+
+@pytest.mark.parametrize("pservers", [0, 2])
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_the_environment_is_the_local_backends(pservers: int, gpu: int) -> None:
+    user_env = {"LEARNING_RATE": "0.1", "PRICE": "$(HOME) costs $$5 $", "EMPTY": ""}
+    plan = make_plan(
+        pservers=pservers, trainers=3, gpu=gpu, env=user_env, passes=4, input_path=f"{HOME}/data"
+    )
+    local = local_envs(plan)
+    assert set(local) == {("pserver", i) for i in range(pservers)} | {("trainer", i) for i in range(3)}
+    for (role, index), expected in local.items():
+        kube = worker_env(plan, role, index)
+        differing_devices = set(DEVICE_ENV) if role == "trainer" and gpu else set()
+        assert kube.keys() == expected.keys() - differing_devices, (role, index)
+        for key in kube:
+            if key in HOST_KEYS:
+                assert hostless(key, kube[key]) == hostless(key, expected[key]), (role, index, key)
+            elif key not in OTHER_KEYS:
+                assert kube[key] == expected[key], (role, index, key)
+        assert kube["PRICE"] == "$(HOME) costs $$5 $", "a user's value reaches the program as written"
+        assert kube["NAMESPACE"] == NAMESPACE and expected["NAMESPACE"] == ""
+        assert kube["TRAINER_PACKAGE"] == "/job/work" and expected["TRAINER_PACKAGE"] == plan.launch.package
+        if role == "trainer":
+            assert (kube["LOCAL_RANK"], kube["LOCAL_WORLD_SIZE"]) == ("0", "1")
+            assert (expected["LOCAL_RANK"], expected["LOCAL_WORLD_SIZE"]) == (str(index), "3")
+
+
+def dns(service: str, index: int) -> str:
+    return f"mnist-{service}-{index}.mnist-{service}.{NAMESPACE}.svc.cluster.local"
+
+
+def test_every_worker_finds_itself_in_the_endpoint_lists() -> None:
+    plan = make_plan(pservers=2, trainers=3)
+    for role, count, key in (
+        ("pserver", 2, "PADDLE_PSERVERS_IP_PORT_LIST"),
+        ("trainer", 3, "PADDLE_TRAINER_ENDPOINTS"),
+    ):
+        for index in range(count):
+            env = worker_env(plan, role, index, pod_ip=f"10.0.0.{index}")
+            assert (
+                env["TRAINER_ID"] == env["PADDLE_TRAINER_ID"] == env["PADDLE_INIT_TRAINER_ID"] == str(index)
+            )
+            assert env["POD_IP"] == dns(role, index)
+            # Paddle's fleet parameter server looks itself up as POD_IP:PADDLE_PORT.
+            own = f"{env['POD_IP']}:{env['PADDLE_PORT']}"
+            assert own == env["PADDLE_CURRENT_ENDPOINT"] == env[key].split(",")[index]
+            assert env["PADDLE_PSERVERS_IP_PORT_LIST"] == f"{dns('pserver', 0)}:7164,{dns('pserver', 1)}:7164"
+            assert env["PADDLE_INIT_PSERVERS"] == f"{dns('pserver', 0)},{dns('pserver', 1)}"
+            assert env["PADDLE_INIT_PORT"] == "7164"
+            assert env["PADDLE_MASTER"] == f"{dns('trainer', 0)}:29500"
+            if role == "trainer":
+                assert env["RANK"] == str(index)
+                assert env["MASTER_ADDR"] == dns("trainer", 0)
+
+
+# --- The init containers' scripts, run ---------------------------------------------------
+
+
+def busybox_bin(tmp_path: Path) -> Path:
+    """A PATH directory of busybox applets: the init image's tools, as near as this machine has."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("busybox is not installed (apt-get install busybox)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "cp", "tar", "unzip", "mkdir", "rm", "sleep", "cat", "echo"):
+        (bin_dir / tool).symlink_to(busybox)
+    return bin_dir
+
+
+def run_init(
+    container: dict[str, Any],
+    pod: dict[str, Any],
+    bin_dir: Path,
+    paths: Mapping[str, str],
+    timeout: float = 10,
+) -> subprocess.CompletedProcess[str]:
+    """Run an init container's command as the kubelet would, with its absolute paths moved
+    under the test's directory."""
+    env = resolve_env(container, pod)
+    command = [expand(part, env) for part in container["command"]]
+    for old, new in paths.items():
+        command = [part.replace(old, new) for part in command]
+        env = {k: v.replace(old, new) for k, v in env.items()}
+    return subprocess.run(
+        [str(bin_dir / "sh"), *command[1:]],
+        env={**env, "PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def make_package(tmp_path: Path, kind: str) -> Path:
+    files = {"train.py": "print('hi')\n", "lib/util.py": "X = 1\n", "trainer_id": "stale\n"}
+    if kind == "dir":
+        root = tmp_path / "pfs" / "home" / USER / "mnist"
+        for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        return root
+    home = tmp_path / "pfs" / "home" / USER
+    home.mkdir(parents=True)
+    if kind == "tar":
+        path = home / "mnist.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            for name, text in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(text)
+                tar.addfile(info, io.BytesIO(text.encode()))
+        return path
+    path = home / "mnist.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["dir", "tar", "zip"])
+def test_the_unpack_container_fills_the_work_directory(tmp_path: Path, kind: str) -> None:
+    bin_dir = busybox_bin(tmp_path)
+    make_package(tmp_path, kind)
+    plan = make_plan(package_kind=kind, pservers=2)
+    for role, index in (("trainer", 2), ("pserver", 1)):
+        work = tmp_path / f"work-{role}"
+        work.mkdir()
+        template = pod_templates(manifests.job_objects(plan))[role]
+        pod = running_pod(template, role, index, "10.0.0.9")
+        unpack = template["spec"]["initContainers"][0]
+        paths = {manifests.WORK_DIR: str(work), "/pfs/dc1": str(tmp_path / "pfs")}
+        done = run_init(unpack, pod, bin_dir, paths)
+        assert done.returncode == 0, done.stderr
+        assert (work / "train.py").read_text() == "print('hi')\n"
+        assert (work / "lib" / "util.py").read_text() == "X = 1\n"
+        assert (work / "trainer_id").read_text() == f"{index}\n"
+        assert (work / "trainer_count").read_text() == "3\n"
+        assert (tmp_path / "pfs" / "home" / USER / "jobs" / "mnist" / "output").is_dir()
+
+
+def test_trainers_wait_for_every_parameter_server(tmp_path: Path) -> None:
+    bin_dir = busybox_bin(tmp_path)
+    # A stand-in for `nc -z -w 2 HOST PORT` that connects to 127.0.0.1, whatever the host.
+    fake_nc = bin_dir / "nc"
+    fake_nc.write_text(
+        f"#!{sys.executable}\n"
+        "import socket, sys\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', int(sys.argv[-1])), timeout=1).close()\n"
+        "except OSError:\n"
+        "    sys.exit(1)\n"
+    )
+    fake_nc.chmod(0o755)
+    plan = make_plan(pservers=2)
+    template = pod_templates(manifests.job_objects(plan))["trainer"]
+    (wait,) = [c for c in template["spec"]["initContainers"] if c["name"] == "wait-pservers"]
+    pod = running_pod(template, "trainer", 0, "10.0.0.9")
+    with socket.socket() as first, socket.socket() as second:
+        first.bind(("127.0.0.1", 0))
+        first.listen()
+        second.bind(("127.0.0.1", 0))
+        second.listen()
+        p1, p2 = first.getsockname()[1], second.getsockname()[1]
+        # The endpoints with the test's ports in place of the real one.
+        wait = json.loads(json.dumps(wait))
+        wait["env"] = [{"name": "PSERVERS", "value": f"{dns('pserver', 0)}:{p1},{dns('pserver', 1)}:{p2}"}]
+        done = run_init(wait, pod, bin_dir, {})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            f"waiting for {dns('pserver', 0)}:{p1}",
+            f"waiting for {dns('pserver', 1)}:{p2}",
+        ]
+        second.close()  # one server stops accepting: the trainers keep waiting
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_init(wait, pod, bin_dir, {}, timeout=1.5)
+
+
+# --- RBAC ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["per-user", "shared"])
+def test_rbac_is_least_privilege(mode: rbac.Mode) -> None:
+    role = rbac.role(mode, "paddlecloud-jobs", None if mode == "per-user" else "ml-jobs")
+    validate(role)
+    assert role["kind"] == ("ClusterRole" if mode == "per-user" else "Role")
+    for rule in role["rules"]:
+        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
+        assert not set(rule["verbs"]) & rbac.FORBIDDEN_VERBS
+        assert not set(rule["resources"]) & rbac.FORBIDDEN_RESOURCES
+        assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
+    granted = {(p.group, p.resource): set(p.verbs) for p in rbac.permissions(mode)}
+    assert granted[("", "secrets")].isdisjoint({"get", "list", "watch"}), "credentials are never read back"
+    assert granted[("", "pods")] == {"get", "list", "watch"}
+    assert granted[("", "pods/log")] == {"get"}
+    if mode == "shared":
+        assert all(p.scope == "namespaced" for p in rbac.permissions(mode))
+        assert ("", "namespaces") not in granted
+    else:
+        assert granted[("", "namespaces")] == {"get", "create", "patch"}
+
+
+def test_allowed_answers_for_recorded_requests() -> None:
+    assert rbac.allowed("create", "", "namespaces", False, "per-user")
+    assert not rbac.allowed("create", "", "namespaces", False, "shared")
+    assert not rbac.allowed("delete", "", "namespaces", False, "per-user")
+    assert not rbac.allowed("list", "", "namespaces", False, "per-user")
+    assert rbac.allowed("create", "batch", "jobs", True, "shared")
+    assert rbac.allowed("watch", "", "pods", False, "per-user"), (
+        "per user, pods are watched across namespaces"
+    )
+    assert not rbac.allowed("watch", "", "pods", False, "shared")
+    assert not rbac.allowed("create", "", "pods", True, "per-user")
+    assert not rbac.allowed("get", "", "secrets", True, "per-user")
+    assert rbac.allowed("create", "", "secrets", True, "per-user")
+    assert not rbac.allowed("create", "", "pods/exec", True, "per-user")
+    assert rbac.allowed("get", "", "pods/log", True, "shared")
+    assert not rbac.allowed("get", "apps", "jobs", True, "per-user"), "the group matters"
+
+
+def test_every_job_object_is_one_the_service_may_create() -> None:
+    plan = make_plan(pservers=2, registry=REGISTRY)
+    groups = {"v1": "", "apps/v1": "apps", "batch/v1": "batch", "networking.k8s.io/v1": "networking.k8s.io"}
+    plural = {
+        "ConfigMap": "configmaps",
+        "Secret": "secrets",
+        "NetworkPolicy": "networkpolicies",
+        "Service": "services",
+        "StatefulSet": "statefulsets",
+        "Job": "jobs",
+        "Namespace": "namespaces",
+        "ResourceQuota": "resourcequotas",
+        "LimitRange": "limitranges",
+    }
+    for mode in ("per-user", "shared"):
+        settings = settings_for(namespace_mode=mode)
+        for obj in manifests.all_objects(plan) + manifests.tenancy_objects(USER, QUOTA, settings):
+            namespaced = obj["kind"] != "Namespace"
+            assert rbac.allowed("create", groups[obj["apiVersion"]], plural[obj["kind"]], namespaced, mode)
