@@ -27,13 +27,15 @@ $(DEV): $(STAMP)
 # Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md);
 # chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright;
 # iproute2's ss reads the services' listen backlogs; Ceph runs a throwaway CephFS for
-# the tests marked cephfs (docs/storage.md, tests/ceph_cluster.py).
+# the tests marked cephfs (docs/storage.md, tests/ceph_cluster.py); busybox runs the
+# Kubernetes init containers' scripts (tests/unit/test_kube_manifests.py).
 # Installed where this runs as root with apt; elsewhere the tests that need them say so.
 CEPH_DEBS := ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse
 system-deps:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v ss >/dev/null || missing="$$missing iproute2"; \
+	command -v busybox >/dev/null || missing="$$missing busybox"; \
 	for tool in ceph-mon ceph-mgr ceph-osd ceph-mds ceph ceph-fuse; do \
 		command -v $$tool >/dev/null || { missing="$$missing $(CEPH_DEBS)"; break; }; \
 	done; \
