@@ -358,6 +358,11 @@ def _relocated(error: Any, sent_as: dict[str, str]) -> InitErrorDetails:
     return InitErrorDetails(type=_error(error["type"], error["msg"]), loc=loc, input=error["input"])
 
 
+# Kubernetes puts kube-root-ca.crt in every namespace, and the namespace's own objects are
+# paddlecloud-*: a job's owner ConfigMap, named after the job, must not meet them.
+RESERVED_NAME_PREFIXES = ("kube-", "paddlecloud-")
+
+
 def _name_problem(value: str) -> str | None:
     if not value:
         return "it is empty"
@@ -379,6 +384,11 @@ def _name_problem(value: str) -> str | None:
     for part in value.split("."):
         if not (part and part[0].isalnum() and part[-1].isalnum()):
             return "each part between dots must start and end with a letter or digit"
+    if value.startswith(RESERVED_NAME_PREFIXES):
+        return (
+            f"names starting with {' or '.join(map(repr, RESERVED_NAME_PREFIXES))} are Kubernetes' "
+            "and PaddleCloud's own (kube-root-ca.crt is in every namespace)"
+        )
     return None
 
 

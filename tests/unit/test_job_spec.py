@@ -130,6 +130,8 @@ NAME_RULE = "may contain only lowercase letters, digits, '-' and '.', starting w
         ("a.-b", "each part between dots"),
         ("", "it is empty"),
         ("a" * (MAX_NAME_LENGTH + 1), f"it is {MAX_NAME_LENGTH + 1} characters long"),
+        ("kube-root-ca.crt", "are Kubernetes' and PaddleCloud's own (kube-root-ca.crt is in every namespace)"),
+        ("paddlecloud-quota", "names starting with 'kube-' or 'paddlecloud-'"),
     ],
 )
 def test_bad_names_say_which_characters_are_allowed(name: str, why: str) -> None:

@@ -38,6 +38,7 @@ import structlog
 
 from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor
+from paddlecloud.common.quantity import parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Job, KeptLog, Quota, Store
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATES
 
@@ -54,14 +55,17 @@ from ..backend import (
     planned_workers,
 )
 from ..exits import describe_exit
+from ..spec import JobSpec
 from . import manifests
 from .api import Kube, KubeError
 from .cache import Informer
 from .names import (
+    ANNOTATION_USER,
     COMPLETION_INDEX,
     LABEL_JOB_ID,
     LABEL_ROLE,
     POD_INDEX,
+    QUOTA_NAME,
     managed_selector,
     namespace_for,
     owner_name,
@@ -278,6 +282,25 @@ class KubernetesBackend(Backend):
     def capacity(self) -> dict[str, Any]:
         return {"backend": self.name, "namespace_mode": self._settings.namespace_mode}
 
+    def refusal(self, spec: JobSpec) -> str | None:
+        """A worker larger than a namespace's LimitRange admits would never get a pod."""
+        cpu = parse_cpu_milli(self._settings.max_container_cpu)
+        memory = parse_bytes(self._settings.max_container_memory)
+        for role, asked_cpu, asked_memory in (
+            ("trainer", spec.cpu_milli, spec.memory_bytes),
+            ("parameter server", spec.pscpu_milli, spec.psmemory_bytes),
+        ):
+            if asked_cpu > cpu:
+                return (
+                    f"a {role} asks for {asked_cpu / 1000:g} cpu; a pod here may have {cpu / 1000:g} at most"
+                )
+            if asked_memory > memory:
+                return (
+                    f"a {role} asks for {asked_memory} bytes of memory; a pod here may have "
+                    f"{self._settings.max_container_memory} at most"
+                )
+        return None
+
     # -- start -------------------------------------------------------------------------
 
     def namespace(self, user: str) -> str:
@@ -302,16 +325,21 @@ class KubernetesBackend(Backend):
             image=manifests.image_for(launch, self._settings),
             registry=registry,
         )
-        return replace(plan, owner_uid=owner_uid) if owner_uid else plan
+        plan = replace(plan, owner_uid=owner_uid) if owner_uid else plan
+        try:
+            manifests.owner_object(plan)  # checks paths, volumes and the registry
+        except ValueError as exc:
+            raise StartFailed(str(exc)) from exc
+        return plan
 
     async def preview(self, launch: Launch) -> list[dict[str, Any]]:
         """Every object `start` would create, as `kubectl --dry-run -o yaml` shows them."""
         user = await self._store.get_user(launch.job.owner)
         quota = user.quota if user is not None else Quota()
-        return [
-            *manifests.tenancy_objects(launch.job.owner, quota, self._settings),
-            *manifests.all_objects(await self._plan(launch)),
-        ]
+        objects = manifests.all_objects(await self._plan(launch))
+        return manifests.redacted(
+            [*manifests.tenancy_objects(launch.job.owner, quota, self._settings), *objects]
+        )
 
     async def start(self, launch: Launch) -> dict[str, Any]:
         plan = await self._plan(launch)
@@ -353,6 +381,16 @@ class KubernetesBackend(Backend):
         if existing is None:
             return await self.kube.create(manifest)
         if (_meta(existing).get("labels") or {}).get(LABEL_JOB_ID) != job_id:
+            whose = (_meta(existing).get("annotations") or {}).get(ANNOTATION_USER)
+            if (
+                self._shared()
+                and whose
+                and whose != (manifest["metadata"].get("annotations") or {}).get(ANNOTATION_USER)
+            ):
+                raise StartFailed(
+                    f"another user's job is named {meta['name']!r} in the shared namespace "
+                    f"{meta.get('namespace')}; choose another name"
+                )
             raise StartFailed(
                 f"{kind} {meta['name']} in namespace {meta.get('namespace')} belongs to another job "
                 "(an earlier job of this name may still be being deleted); try again in a minute"
@@ -395,10 +433,12 @@ class KubernetesBackend(Backend):
                 try:
                     stored = await self._store.get_user(user)
                     quota = stored.quota if stored is not None else Quota()
-                    if self._tenancy.get(namespace) != quota:
+                    if self._tenancy.get(namespace) != quota and not self._shared():
                         manifest = manifests.resource_quota(namespace, user, quota)
                         if manifest is not None:
                             await self._apply(manifest)
+                        else:
+                            await self.kube.delete("ResourceQuota", namespace, QUOTA_NAME)
                         self._tenancy[namespace] = quota
                         log.info("quota_synced", namespace=namespace, user=user)
                 except asyncio.CancelledError:
@@ -816,9 +856,7 @@ class KubernetesBackend(Backend):
         return swept
 
 
-def _spec_of(job: Job) -> Any:
-    from ..spec import JobSpec
-
+def _spec_of(job: Job) -> JobSpec:
     return JobSpec.model_validate(job.spec)
 
 
