@@ -130,7 +130,7 @@ NAME_RULE = "may contain only lowercase letters, digits, '-' and '.', starting w
         ("a.-b", "each part between dots"),
         ("", "it is empty"),
         ("a" * (MAX_NAME_LENGTH + 1), f"it is {MAX_NAME_LENGTH + 1} characters long"),
-        ("kube-root-ca.crt", "are Kubernetes' and PaddleCloud's own (kube-root-ca.crt is in every namespace)"),
+        ("kube-root-ca.crt", "are Kubernetes' and PaddleCloud's own (kube-root-ca.crt is in every"),
         ("paddlecloud-quota", "names starting with 'kube-' or 'paddlecloud-'"),
     ],
 )
