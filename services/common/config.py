@@ -141,6 +141,8 @@ class KubernetesSection(_Section):
     watch_timeout_seconds: int = Field(300, ge=1)
     # Reconnects back off from 0.2 s up to this, with jitter.
     max_backoff_seconds: float = Field(10.0, gt=0)
+    # How often each user's ResourceQuota is brought to the quota an admin set.
+    quota_sync_seconds: float = Field(30.0, gt=0)
     # A trainer pod evicted more often than this fails the job.
     max_evictions: int = Field(3, ge=0)
     # Largest part of one container's log kept after its pod goes (the end is kept).

@@ -78,7 +78,6 @@ KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
 # How often a stuck PENDING job's Kubernetes events are read for a refusal (quota).
 EVENT_CHECK_SECONDS = 5.0
 LOG_POLL_SECONDS = 0.5
-QUOTA_SYNC_SECONDS = 30.0
 
 
 def _now() -> str:
@@ -428,7 +427,7 @@ class KubernetesBackend(Backend):
     async def _sync_quotas(self) -> None:
         """Bring each known namespace's ResourceQuota to its user's current quota."""
         while True:
-            await asyncio.sleep(QUOTA_SYNC_SECONDS)
+            await asyncio.sleep(self._settings.quota_sync_seconds)
             for namespace, user in list(self._users.items()):
                 try:
                     stored = await self._store.get_user(user)
