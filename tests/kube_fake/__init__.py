@@ -189,6 +189,7 @@ class FakeKube:
             await self._stopping.wait()
         finally:
             task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
             await kubelet.stop()
             api.cut_streams()
             await runner.cleanup()

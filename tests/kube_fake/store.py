@@ -356,7 +356,9 @@ class Store:
 
     def expire(self) -> None:
         """End every watch and forget the history, so that a watch from any resourceVersion
-        before now answers 410 Gone, as after an etcd compaction."""
+        a client has seen answers 410 Gone, as after an etcd compaction. The resourceVersion
+        moves on by one, so that a new list gives one a watch can start from."""
+        self.rv += 1
         self._compacted = self.rv
         self._history.clear()
         for watcher in list(self._watchers):
@@ -460,6 +462,10 @@ def _default(resource: Resource, obj: Obj) -> None:
         spec.setdefault("podManagementPolicy", "OrderedReady")
         spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
         spec.setdefault("revisionHistoryLimit", 10)
+        # kubernetes_asyncio's V1StatefulSetStatus refuses a status without replicas.
+        obj["status"] = {"replicas": 0, "availableReplicas": 0}
+    elif resource.plural == "services":
+        obj["status"] = {"loadBalancer": {}}
 
 
 def _validate(resource: Resource, obj: Obj) -> None:
