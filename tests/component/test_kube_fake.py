@@ -137,6 +137,17 @@ async def test_create_get_and_the_errors_of_the_real_server(api: client.ApiClien
     )
     assert merged.data == {"n": "1"}
 
+    # Items of a list come without kind or apiVersion, as from the real server.
+    listed = await core.list_namespaced_config_map(NS, field_selector="metadata.name=a")
+    assert [(i.kind, i.api_version, i.metadata.name) for i in listed.items] == [(None, None, "a")]
+    with pytest.raises(ApiException) as precondition:
+        await core.delete_namespaced_config_map("a", NS, body={"preconditions": {"uid": "an-older-uid"}})
+    assert (
+        precondition.value.status == 409 and "Precondition failed" in status_of(precondition.value)["message"]
+    )
+    await core.delete_namespaced_config_map("a", NS, body={"preconditions": {"uid": created.metadata.uid}})
+    assert all(i.metadata.name != "a" for i in (await core.list_namespaced_config_map(NS)).items)
+
 
 async def test_label_selectors_filter_lists_with_every_operator(
     kube: FakeKube, api: client.ApiClient
@@ -455,6 +466,7 @@ async def test_logs_wait_for_the_container_then_follow_it_to_its_end(
     assert lines[0][:4].isdigit() and lines[0].split(" ", 1)[0].endswith("Z")
     assert (await core.read_namespaced_pod("p", NS)).status.phase == "Succeeded"
     assert await core.read_namespaced_pod_log("p", NS, tail_lines=1) == "three\n"
+    assert await core.read_namespaced_pod_log("p", NS, limit_bytes=5) == "one\nt"
 
     await core.delete_namespaced_pod("p", NS)
     with pytest.raises(ApiException) as gone:

@@ -284,7 +284,11 @@ class ApiServer:
                 fields = lambda obj: obj["metadata"]["name"] == name and by_name(obj)  # noqa: E731
             if verb == "watch":
                 return await self._watch(request, target, labels, fields)
-            items = self.store.list(resource, target.namespace, labels, fields)
+            # Items of a list carry no kind or apiVersion: the list's own say what they are.
+            items = [
+                {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+                for obj in self.store.list(resource, target.namespace, labels, fields)
+            ]
             return web.json_response(
                 {
                     "kind": f"{resource.kind}List",
@@ -345,7 +349,8 @@ class ApiServer:
             )
         # gracePeriodSeconds is accepted and has no effect: objects go at once.
         _int(request.query, "gracePeriodSeconds")
-        last = self.store.delete(resource, namespace, name, propagation)
+        preconditions = options.get("preconditions")
+        last = self.store.delete(resource, namespace, name, propagation, preconditions)
         if resource.plural in ("pods", "namespaces"):
             return last  # these answer with the object, the others with a Status
         return {
@@ -444,24 +449,31 @@ class ApiServer:
         start = 0 if tail is None else max(0, len(lines) - tail)
         while oldest and start < len(lines) and lines[start][0] < oldest:
             start += 1
+        limit = _int(query, "limitBytes")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
-        await self._stream_log(response, run, start, follow, stamps)
+        await self._stream_log(response, run, start, follow, stamps, limit)
         await response.write_eof()
         return response
 
     async def _stream_log(
-        self, response: web.StreamResponse, run: Run, sent: int, follow: bool, stamps: bool
+        self, response: web.StreamResponse, run: Run, sent: int, follow: bool, stamps: bool, limit: int | None
     ) -> None:
+        """Lines from the `sent`th on, then with `follow` each as it is printed until the
+        container ends; at most `limit` bytes when given (limitBytes)."""
         while True:
             changed, cut = run.changed, self._cut
             if sent < len(run.lines):
                 chunk = "".join(
                     (f"{nano_timestamp(when)} {text}\n" if stamps else f"{text}\n")
                     for when, text in run.lines[sent:]
-                )
+                ).encode()
                 sent = len(run.lines)
-                await response.write(chunk.encode())
+                if limit is not None:
+                    chunk, limit = chunk[:limit], limit - len(chunk[:limit])
+                await response.write(chunk)
+                if limit == 0:
+                    return
                 continue
             if not follow or run.done:
                 return

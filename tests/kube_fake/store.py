@@ -253,11 +253,29 @@ class Store:
         self._write(resource, old, new)
         return new
 
-    def delete(self, resource: Resource, namespace: str, name: str, propagation: str = "Background") -> Obj:
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        propagation: str = "Background",
+        preconditions: Obj | None = None,
+    ) -> Obj:
         """Remove an object at once; its dependents follow on the next turn of the loop (or
         lose their owner reference with propagation Orphan). A namespace takes everything
-        in it along before it goes."""
+        in it along before it goes. `preconditions` (uid, resourceVersion) that the object
+        no longer meets make it a 409 Conflict, as in DeleteOptions."""
         obj = self.get(resource, namespace, name)
+        for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted = (preconditions or {}).get(field)
+            if wanted and wanted != obj["metadata"][field]:
+                raise KubeError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {qualified(resource)} "{name}": Precondition failed: '
+                    f"{label} in precondition: {wanted}, {label} in object meta: {obj['metadata'][field]}",
+                    {"name": name, "group": resource.group, "kind": resource.plural},
+                )
         if resource is NAMESPACES:
             terminating = copy.deepcopy(obj)
             terminating["metadata"]["deletionTimestamp"] = timestamp()
