@@ -62,6 +62,7 @@ from .cache import Informer
 from .names import (
     ANNOTATION_USER,
     COMPLETION_INDEX,
+    INDEX_FAILURES,
     LABEL_JOB_ID,
     LABEL_ROLE,
     POD_INDEX,
@@ -155,7 +156,11 @@ def _pod_attempts(pod: dict[str, Any]) -> list[Attempt]:
         return []
     worker, role, index = who
     meta = _meta(pod)
-    base = f"{meta.get('creationTimestamp', '')}|{meta.get('name', '')}"
+    # An Indexed Job's retries of one index are ordered by the failures before them
+    # (creationTimestamp has whole seconds only); a StatefulSet pod by when it was made.
+    failures = (meta.get("annotations") or {}).get(INDEX_FAILURES, "0")
+    failures = int(failures) if str(failures).isdigit() else 0
+    base = f"{failures:05d}|{meta.get('creationTimestamp', '')}|{meta.get('name', '')}"
 
     def attempt(restart: int, previous: bool, now: dict[str, Any]) -> Attempt:
         ran = now.get("running") or now.get("terminated") or {}
@@ -225,6 +230,7 @@ class KubernetesBackend(Backend):
         self._finishing: dict[str, asyncio.Task[None]] = {}
         self._refusals: dict[str, tuple[float, str | None]] = {}  # job id → (checked, quota event)
         self._background: set[asyncio.Task[None]] = set()
+        self._stopped: set[str] = set()  # killed: the service records KILLED, not what is left
 
     # -- life --------------------------------------------------------------------------
 
@@ -458,6 +464,8 @@ class KubernetesBackend(Backend):
 
     async def observe(self, job: Job, cursor: str | None) -> Observation:
         reported = _decode_reported(cursor)
+        if job.id in self._stopped:
+            return Observation(job.state, job.reason, cursor=cursor)
         if not self._is_synced() or self._api_error():
             why = self._api_error() or "the watches have not caught up yet"
             reason = job.reason if job.state != PENDING or not self._api_error() else ""
@@ -807,6 +815,7 @@ class KubernetesBackend(Backend):
     async def stop(self, job: Job, grace_seconds: float) -> None:
         if not job.backend:
             return
+        self._stopped.add(job.id)
         try:
             await self._keep_all(job)
         except KubeError as exc:
@@ -815,6 +824,7 @@ class KubernetesBackend(Backend):
 
     def forget(self, job: Job) -> None:
         self._refusals.pop(job.id, None)
+        self._stopped.discard(job.id)
 
     async def remove(self, job: Job) -> None:
         if job.backend:

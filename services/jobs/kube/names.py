@@ -43,6 +43,8 @@ DNS_STORAGE_POLICY = "paddlecloud-namespace-allow-egress-to-dns-and-storage"
 # Kubernetes' own: the trainer id of an Indexed Job's pod, the index of a StatefulSet's.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"
+# How many pods of the index failed before this one (set with backoffLimitPerIndex).
+INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_LABEL = 63
