@@ -334,3 +334,59 @@ def test_dry_run_prints_every_object_as_yaml_and_nothing_is_created(
         ok(run_cli(server, "-o", "json", "submit", "--dry-run", "--name", "p2", str(package)))
     )
     assert {o["kind"] for o in as_json_out["objects"]} >= {"ConfigMap", "Job"}
+
+
+def test_submit_follow_streams_live_logs_then_kept_ones_to_the_end(
+    server: Any, kube: FakeKube, tmp_path: Path
+) -> None:
+    kube.script = script(trainer=lambda pod: PodScript(lines=[f"step {i}" for i in range(5)], run_seconds=2))
+    package = tmp_path / "pkg"
+    make_package(package)
+    out = ok(run_cli(server, "submit", "-f", "--name", "followed", "--trainers", "2", str(package)))
+    lines = out.splitlines()
+    for trainer in (0, 1):
+        assert [line for line in lines if line.startswith(f"[trainer-{trainer}]")] == [
+            f"[trainer-{trainer}] step {i}" for i in range(5)
+        ]
+    assert "Job followed SUCCEEDED" in out
+
+
+def test_image_pull_failures_and_evictions_are_said_in_words(
+    server: Any, kube: FakeKube, tmp_path: Path
+) -> None:
+    kube.script = lambda pod: PodScript(image_pull_error=True)
+    submit(server, tmp_path, "noimage", "--image", "registry.example.com/missing:1")
+    job = wait(
+        lambda: (
+            "cannot pull image"
+            in (j := as_json(run_cli(server, "-o", "json", "get", "job", "noimage")))["reason"]
+            and j
+        ),
+        "the image pull failure",
+    )
+    assert job["state"] == "PENDING" and "registry.example.com/missing:1" in job["reason"]
+    ok(run_cli(server, "kill", "-rm", "noimage"))
+
+    kube.script = lambda pod: PodScript(evict=True)
+    submit(server, tmp_path, "evicted")
+    job = wait_for_state(server, "evicted", ("FAILED", "SUCCEEDED"))
+    assert job["state"] == "FAILED" and job["reason"].startswith("its pods were evicted 4 times"), job
+
+
+def test_kill_rm_removes_the_history_the_kept_logs_and_every_object(
+    server: Any, kube: FakeKube, tmp_path: Path
+) -> None:
+    kube.script = script(trainer=lambda pod: PodScript(lines=["short"], run_seconds=0.2))
+    submit(server, tmp_path, "gone", "--pservers", "1")
+    wait_for_state(server, "gone", ("SUCCEEDED",))
+    assert ok(run_cli(server, "logs", "gone")).splitlines()
+    ok(run_cli(server, "kill", "-rm", "gone"))
+    assert run_cli(server, "get", "job", "gone").returncode != 0
+    assert not objects_of(kube, "gone")
+    # The name is free again, and the new job shows none of the old one's logs.
+    kube.script = script(trainer=lambda pod: PodScript(lines=["second life"], run_seconds=0.2))
+    submit(server, tmp_path, "gone")
+    wait_for_state(server, "gone", ("SUCCEEDED",))
+    assert ok(run_cli(server, "logs", "--role", "trainer", "gone")).splitlines() == [
+        "[trainer-0] second life"
+    ]

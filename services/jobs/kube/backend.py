@@ -216,6 +216,9 @@ def _pending_reason(pods: list[dict[str, Any]]) -> str | None:
 
 class KubernetesBackend(Backend):
     name = "kubernetes"
+    # A job recorded but not created (the service stopped in between) is created then:
+    # creating is idempotent, so a half-made one is completed, not made twice.
+    resumes_unstarted = True
 
     def __init__(self, config: Config, store: Store) -> None:
         self._config = config

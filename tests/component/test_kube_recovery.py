@@ -1,0 +1,116 @@
+"""The kubernetes backend after the jobs service stopped at the worst moments: between
+recording a job and creating its objects, and between creating them and recording that
+it did; and with objects left of a job the store no longer has. A new service converges
+with no orphaned objects and no phantom jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_jobs_api import start_jobs
+
+from kube_fake import FakeKube, PodScript
+from paddlecloud.common.keys import STORE
+from paddlecloud.common.store import Job
+from paddlecloud.common.store.models import PENDING
+from paddlecloud.jobs.app import create_app as create_jobs
+from paddlecloud.jobs.kube.names import LABEL_JOB_ID, job_labels, namespace_for
+from support import make_config
+
+NS = namespace_for("alice", "paddle-")
+
+
+async def eventually(check: Callable[[], Any], what: str, timeout: float = 30) -> None:
+    """Wait until `check()` (or what it returns, awaited) is true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with FakeKube() as fake:
+        yield fake
+
+
+def kube_settings(tmp_path: Path, kube: FakeKube) -> dict[str, Any]:
+    return {
+        "kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+        "datacenters": {"dc1": {"kind": "pvc", "claim_name": "pfs"}},
+        "watch_timeout_seconds": 5,
+        "max_backoff_seconds": 0.5,
+    }
+
+
+async def test_a_new_service_adopts_starts_and_sweeps(
+    tmp_path: Path, kube: FakeKube, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
+    kube.script = lambda pod: PodScript(lines=["ok"], run_seconds=2)
+    settings = kube_settings(tmp_path, kube)
+    jobs = await start_jobs(
+        tmp_path, aiohttp_server, aiohttp_client, backend="kubernetes", kubernetes=settings
+    )
+    store = jobs.client.app[STORE]
+    package = jobs.package({"train.py": "print('hi')\n"})
+    await jobs.submit({"name": "adopted", "package": package})
+    adopted = await store.get_job("alice", "adopted")
+    assert adopted is not None and adopted.backend["namespace"] == NS
+    await eventually(lambda: kube.list("jobs", NS), "the trainers' Job")
+    owner_uid = kube.get("configmaps", NS, "adopted")["metadata"]["uid"]  # type: ignore[index]
+
+    # The service stops; as if it had died before recording what it created...
+    await jobs.server_app.shutdown()
+    await jobs.server_app.cleanup()
+    await store.update_job(adopted.id, backend={})
+    # ... and before creating anything for a job it had recorded ...
+    phantom = Job(
+        id="f" * 32, owner="alice", name="recorded", state=PENDING, spec=adopted.spec | {"name": "recorded"}
+    )
+    await store.create_job(phantom)
+    # ... and objects are left of a job the store no longer has.
+    kube.create(
+        "configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "forgotten",
+                "namespace": NS,
+                "labels": job_labels("alice", "forgotten", "0" * 32),
+            },
+        },
+    )
+
+    sections = {
+        "pfs": {"datacenter": "dc1", "url": "http://127.0.0.1:1"},
+        "jobs": {"poll_seconds": 0.05, "backend": "kubernetes", "kubernetes": settings},
+    }
+    await aiohttp_server(create_jobs(make_config(tmp_path, **sections)))
+
+    async def ended(name: str) -> bool:
+        job = await store.get_job("alice", name)
+        return job is not None and job.state == "SUCCEEDED"
+
+    await eventually(lambda: ended("adopted"), "the adopted job to succeed")
+    await eventually(lambda: ended("recorded"), "the recorded job to be started and succeed")
+    # The adopted job kept its objects (not made twice); the recorded one got its own.
+    again = await store.get_job("alice", "adopted")
+    assert again is not None and again.backend.get("owner_uid") == owner_uid
+    creates = [r for r in kube.requests if r.verb == "create" and r.resource == "jobs"]
+    assert len(creates) == 2
+    await eventually(
+        lambda: not kube.list("configmaps", NS, selector=f"{LABEL_JOB_ID}={'0' * 32}"), "the sweep"
+    )
+    assert kube.get("configmaps", NS, "forgotten") is None
