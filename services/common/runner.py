@@ -167,7 +167,11 @@ def service_main(
         ready_file=args.ready_file,
     )
     with asyncio.Runner(loop_factory=_loop_factory() if uvloop else None) as loop_runner:
-        loop_runner.run(server)
+        try:
+            loop_runner.run(server)
+        except ConfigError as exc:  # found while starting up: a backend's own settings
+            print(f"paddlecloud {service}: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

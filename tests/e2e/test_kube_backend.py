@@ -8,7 +8,10 @@ least-privilege list the code declares (services/jobs/kube/rbac.py)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -390,3 +393,43 @@ def test_kill_rm_removes_the_history_the_kept_logs_and_every_object(
     assert ok(run_cli(server, "logs", "--role", "trainer", "gone")).splitlines() == [
         "[trainer-0] second life"
     ]
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"kubeconfig": "/nonexistent/kubeconfig"}, "no kubeconfig file at /nonexistent/kubeconfig"),
+        ({"kubeconfig": "BAD"}, "jobs.kubernetes.kubeconfig: cannot use"),
+        ({"datacenters": {}}, "jobs.kubernetes.datacenters has no volume for datacenter 'datacenter1'"),
+        ({"datacenters": {DC: {"kind": "cephfs"}}}, "a cephfs volume needs monitors and secret_name"),
+        ({"namespace_mode": "per-team"}, "jobs.kubernetes.namespace_mode"),
+    ],
+)
+def test_bad_kubernetes_settings_stop_the_server_with_one_clear_line(
+    tmp_path: Path, kube: FakeKube, settings: dict[str, Any], expected: str
+) -> None:
+    if settings.get("kubeconfig") == "BAD":
+        (tmp_path / "bad").write_text("clusters: [\n")
+        settings = {"kubeconfig": str(tmp_path / "bad")}
+    path = kube_config(tmp_path, kube, **settings)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paddlecloud",
+            "server",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--server-config",
+            str(path),
+        ],
+        env={k: v for k, v in os.environ.items() if not k.startswith("PADDLE")} | {"HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

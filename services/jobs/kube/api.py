@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client, config
 
-from paddlecloud.common.config import KubernetesSection
+from paddlecloud.common.config import ConfigError, KubernetesSection
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,21 @@ class Kube:
     async def connect(cls, settings: KubernetesSection) -> Kube:
         configuration = client.Configuration()
         where = settings.kubeconfig
-        if where == "in-cluster" or (where is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(
-                config_file=where, context=settings.context, client_configuration=configuration
+        try:
+            if where == "in-cluster" or (where is None and os.environ.get("KUBERNETES_SERVICE_HOST")):
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                await config.load_kube_config(
+                    config_file=where, context=settings.context, client_configuration=configuration
+                )
+        except (config.ConfigException, yaml.YAMLError, OSError, TypeError, KeyError, ValueError) as exc:
+            what = (
+                "the in-cluster service account"
+                if where == "in-cluster"
+                else (where or "the default kubeconfig")
             )
+            detail = " ".join(str(exc).split())[:300]
+            raise ConfigError(f"jobs.kubernetes.kubeconfig: cannot use {what}: {detail}") from exc
         return cls(client.ApiClient(configuration), settings)
 
     @property
