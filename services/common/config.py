@@ -143,6 +143,8 @@ class KubernetesSection(_Section):
     max_backoff_seconds: float = Field(10.0, gt=0)
     # How often each user's ResourceQuota is brought to the quota an admin set.
     quota_sync_seconds: float = Field(30.0, gt=0)
+    # A job whose image cannot be pulled for this long fails (it waits PENDING until then).
+    image_pull_timeout_seconds: float = Field(300.0, gt=0)
     # A trainer pod evicted more often than this fails the job.
     max_evictions: int = Field(3, ge=0)
     # Largest part of one container's log kept after its pod goes (the end is kept).

@@ -67,6 +67,7 @@ def kube_config(tmp_path: Path, kube: FakeKube, **overrides: Any) -> Path:
         "watch_timeout_seconds": 5,
         "max_backoff_seconds": 1,
         "quota_sync_seconds": 0.5,
+        "image_pull_timeout_seconds": 3,
         **overrides,
     }
     path = tmp_path / "server.yaml"
@@ -368,6 +369,11 @@ def test_image_pull_failures_and_evictions_are_said_in_words(
         "the image pull failure",
     )
     assert job["state"] == "PENDING" and "registry.example.com/missing:1" in job["reason"]
+    # Past jobs.kubernetes.image_pull_timeout_seconds (3 s here) it fails, saying so.
+    job = wait_for_state(server, "noimage", ("FAILED",))
+    assert job["reason"].startswith("cannot pull image registry.example.com/missing:1: ") and job[
+        "reason"
+    ].endswith("(for more than 3 s)"), job
     ok(run_cli(server, "kill", "-rm", "noimage"))
 
     kube.script = lambda pod: PodScript(evict=True)

@@ -79,6 +79,7 @@ KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
 # How often a stuck PENDING job's Kubernetes events are read for a refusal (quota).
 EVENT_CHECK_SECONDS = 5.0
 LOG_POLL_SECONDS = 0.5
+PULL_FAILURE = "cannot pull image"
 
 
 def _now() -> str:
@@ -196,22 +197,29 @@ def _exit_words(terminated: dict[str, Any], memory: str) -> str:
     return describe_exit(code)
 
 
-def _pending_reason(pods: list[dict[str, Any]]) -> str | None:
-    """Why pods wait, in the scheduler's and the kubelet's words."""
+def _pending_reason(pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """Why pods wait, in the scheduler's and the kubelet's words, and the pod that waits."""
     for pod in sorted(pods, key=lambda p: str(_meta(p).get("name"))):
         name = str(_meta(pod).get("name"))
         for cond in _status(pod).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                return f"cannot be scheduled: {cond.get('message') or cond.get('reason')} (pod {name})"
+                return f"cannot be scheduled: {cond.get('message') or cond.get('reason')} (pod {name})", pod
         for cs in (_status(pod).get("initContainerStatuses") or []) + (
             _status(pod).get("containerStatuses") or []
         ):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
-                return (
-                    f"cannot pull image {cs.get('image')}: {waiting.get('message') or waiting.get('reason')}"
-                )
+                why = waiting.get("message") or waiting.get("reason")
+                return f"{PULL_FAILURE} {cs.get('image')}: {why}", pod
     return None
+
+
+def _age_seconds(obj: dict[str, Any]) -> float:
+    created = str(_meta(obj).get("creationTimestamp") or "")
+    try:
+        return (datetime.now(UTC) - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return 0.0
 
 
 class KubernetesBackend(Backend):
@@ -539,7 +547,12 @@ class KubernetesBackend(Backend):
                 job.started_at.isoformat() if job.started_at else None,
                 None,
             )
-        waiting = _pending_reason(pods)
+        found = _pending_reason(pods)
+        waiting = found[0] if found else None
+        if found and waiting and waiting.startswith(PULL_FAILURE):
+            limit = self._settings.image_pull_timeout_seconds
+            if _age_seconds(found[1]) > limit:
+                return FAILED, f"{waiting} (for more than {limit:g} s)", None, _now()
         if waiting is None:
             waiting = self._refusal(job, trainers, pods)
         if waiting is None:
