@@ -58,7 +58,7 @@ from ..exits import describe_exit
 from ..spec import JobSpec
 from . import manifests
 from .api import Kube, KubeError
-from .cache import Informer
+from .cache import Informer, backoff
 from .names import (
     ANNOTATION_USER,
     COMPLETION_INDEX,
@@ -241,6 +241,7 @@ class KubernetesBackend(Backend):
         self._finishing: dict[str, asyncio.Task[None]] = {}
         self._refusals: dict[str, tuple[float, str | None]] = {}  # job id → (checked, quota event)
         self._background: set[asyncio.Task[None]] = set()
+        self._keeping: set[tuple[str, str, str]] = set()  # (job id, worker, attempt) being kept
         self._stopped: set[str] = set()  # killed: the service records KILLED, not what is left
 
     # -- life --------------------------------------------------------------------------
@@ -318,6 +319,10 @@ class KubernetesBackend(Backend):
         return None
 
     # -- start -------------------------------------------------------------------------
+
+    def attach(self, job: Job) -> None:
+        """After a restart: this user's quota is kept in step again from now on."""
+        self._users.setdefault(self.namespace(job.owner), job.owner)
 
     def namespace(self, user: str) -> str:
         return (
@@ -477,12 +482,12 @@ class KubernetesBackend(Backend):
         reported = _decode_reported(cursor)
         if job.id in self._stopped:
             return Observation(job.state, job.reason, cursor=cursor)
-        if not self._is_synced() or self._api_error():
-            why = self._api_error() or "the watches have not caught up yet"
-            reason = job.reason if job.state != PENDING or not self._api_error() else ""
-            state = job.state
-            note = f"the Kubernetes API is not answering ({why}); the job's state is as last seen"
-            return Observation(state, note if self._api_error() else reason, cursor=cursor)
+        error = self._api_error()
+        if error is not None:
+            note = f"the Kubernetes API is not answering ({error}); the job's state is as last seen"
+            return Observation(job.state, note, cursor=cursor)
+        if not self._is_synced():
+            return Observation(job.state, job.reason, cursor=cursor)
         owner, trainers, pods = self._objects(job)
         attempts = attempts_of(pods)
         events = self._new_events(attempts, reported)
@@ -689,8 +694,20 @@ class KubernetesBackend(Backend):
             return
         for items in attempts_of([pod]).values():
             for attempt in items:
-                if attempt.terminated and not self._kept.get(job_id, {}).get((attempt.worker, attempt.key)):
-                    self._spawn(self._keep(job_id, attempt))
+                key = (job_id, attempt.worker, attempt.key)
+                if (
+                    attempt.terminated
+                    and key not in self._keeping
+                    and not self._kept.get(job_id, {}).get(key[1:])
+                ):
+                    self._keeping.add(key)
+                    self._spawn(self._keep_once(key, attempt))
+
+    async def _keep_once(self, key: tuple[str, str, str], attempt: Attempt) -> None:
+        try:
+            await self._keep(key[0], attempt)
+        finally:
+            self._keeping.discard(key)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -731,13 +748,20 @@ class KubernetesBackend(Backend):
                 await self._keep(job.id, attempt)
 
     async def _finish(self, job: Job) -> None:
-        """The job is final: keep its logs, then delete its objects."""
-        try:
-            await self._keep_all(job)
-            await self._delete(job, grace_seconds=None)
-        except KubeError as exc:
-            log.warning("kube_cleanup_failed", job=job.name, error=str(exc))
-            self._finishing.pop(job.id, None)  # tried again at the next observation
+        """The job is final: keep its logs, then delete its objects; again, backing off,
+        while the API server fails (a restart's sweep finishes it otherwise)."""
+        failures = 0
+        while True:
+            try:
+                await self._keep_all(job)
+                await self._delete(job, grace_seconds=None)
+                break
+            except KubeError as exc:
+                failures += 1
+                delay = backoff(failures, self._settings.max_backoff_seconds)
+                log.warning("kube_cleanup_failed", job=job.name, error=str(exc), retry_in=round(delay, 2))
+                await asyncio.sleep(delay)
+        self._kept.pop(job.id, None)
 
     async def _delete(self, job: Job, grace_seconds: float | None) -> None:
         namespace = job.backend.get("namespace") or self.namespace(job.owner)

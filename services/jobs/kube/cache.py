@@ -32,6 +32,11 @@ def _key(obj: dict[str, Any]) -> Key:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
+def backoff(failures: int, cap: float) -> float:
+    """Seconds to wait after `failures` failures in a row: full jitter, from 0.2 s to `cap`."""
+    return random.uniform(0, min(cap, 0.2 * 2 ** min(failures, 10)))  # noqa: S311 - not a secret
+
+
 def job_id_of(obj: dict[str, Any]) -> str | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     value = labels.get(LABEL_JOB_ID)
@@ -157,6 +162,6 @@ class Informer:
                 else:
                     version = None  # lost our place some other way: list again
                     self.relists += 1
-                delay = random.uniform(0, min(self._max_backoff, 0.2 * 2 ** min(failures, 10)))  # noqa: S311
+                delay = backoff(failures, self._max_backoff)
                 log.warning("watch_failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
                 await asyncio.sleep(delay)
