@@ -84,6 +84,16 @@ def _error(status: int, body: Any, what: str) -> KubeError:
     return (Gone if status == 410 else KubeError)(status, message, reason)
 
 
+async def _read(response: aiohttp.ClientResponse, what: str) -> bytes:
+    """The whole body, released after; KubeError if it breaks off."""
+    try:
+        return await response.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise KubeError(0, f"{what}: the answer broke off ({exc or type(exc).__name__})") from exc
+    finally:
+        response.release()
+
+
 class Kube:
     """One connection to one API server. `await Kube.connect(settings)`, then calls."""
 
@@ -149,12 +159,7 @@ class Kube:
 
     async def _json(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
         response = await self._call(method, path, **kwargs)
-        try:
-            raw = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise KubeError(0, f"{what}: the answer broke off ({exc or type(exc).__name__})") from exc
-        finally:
-            response.release()
+        raw = await _read(response, what)
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -303,12 +308,7 @@ class Kube:
             query["limitBytes"] = limit_bytes
         path = RESOURCES["Pod"].path(namespace, pod, "log")
         response = await self._call("GET", path, query=query)
-        try:
-            raw = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise KubeError(0, f"log of {pod}: the answer broke off ({exc or type(exc).__name__})") from exc
-        finally:
-            response.release()
+        raw = await _read(response, f"log of {pod}")
         if response.status != 200:
             try:
                 body = json.loads(raw)
