@@ -129,7 +129,7 @@ async def cp(ctx: Context, args: argparse.Namespace) -> int:
         if remote_sources:
             raise UsageError(
                 f"cp: {remote_sources[0]} and {dest} are both on PFS; cp copies between this machine "
-                f"and PFS (to move or rename within PFS: paddlecloud pfs mv SRC DST)"
+                f"and PFS (to move or rename within PFS: {ctx.prog} pfs mv SRC DST)"
             )
         return await _transfer(ctx, args, upload=True, sources=sources, dest=dest)
     if not remote_sources:
