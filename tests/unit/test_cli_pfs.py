@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import pty
+import select
 import stat
+import struct
+import termios
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,7 @@ from paddlecloud import pfspaths
 from paddlecloud.commands.pfs import ls_table
 from paddlecloud.main import EXIT_USAGE, build_parser, main
 from paddlecloud.pfspaths import PfsPathError
-from paddlecloud.progress import Progress, human_size, summary_text
+from paddlecloud.progress import FALLBACK_COLUMNS, Progress, human_size, summary_text, terminal_shape
 from paddlecloud.transfer import (
     STATE_MAX_AGE,
     FileResult,
@@ -297,6 +302,49 @@ def test_progress_bars_draw_on_stderr_only() -> None:
     progress.close()
     assert "uploaded data/a.bin" in out.getvalue()
     assert "a.bin" in err.getvalue() and "%" not in out.getvalue()
+
+
+def _drawn_on_a_terminal(columns: int, rows: int) -> str:
+    """What a Progress draws on a pseudo-terminal that reports `columns` x `rows`."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    terminal = os.fdopen(slave, "w", encoding="utf-8", closefd=True)
+    try:
+        progress = Progress(stdout=io.StringIO(), stderr=terminal, bars=True, lines=False)
+        progress.expect(1000)
+        bar = progress.file("data/a.bin", 1000)
+        bar.update(500)
+        bar.close()
+        progress.close()
+        terminal.flush()
+        drawn = b""
+        while select.select([master], [], [], 0.2)[0]:
+            drawn += os.read(master, 65536)
+    finally:
+        terminal.close()
+        os.close(master)
+    return drawn.decode("utf-8", "replace")
+
+
+def test_progress_bars_show_on_a_terminal_that_reports_no_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+    # A terminal of 0x0 (a serial console, some containers): tqdm alone draws numbers, no bar.
+    drawn = _drawn_on_a_terminal(0, 0)
+    assert "data/a.bin:   0%|" in drawn and "| 0.00/0.98k" in drawn, drawn
+    widest = max(len(line) for line in drawn.replace("\r", "\n").splitlines())
+    assert widest <= FALLBACK_COLUMNS + len("\x1b[A")
+    # A terminal that reports its width keeps it.
+    narrow = _drawn_on_a_terminal(50, 10)
+    assert "data/a.bin:   0%|" in narrow
+    assert max(len(line) for line in narrow.replace("\x1b[A", "").replace("\r", "\n").splitlines()) <= 50
+
+
+def test_terminal_shape_falls_back_to_the_environment_then_80x24(tmp_path: Path) -> None:
+    with open(tmp_path / "f", "w") as not_a_terminal:
+        assert terminal_shape(not_a_terminal, {}) == (80, 24)
+        assert terminal_shape(not_a_terminal, {"COLUMNS": "132", "LINES": "0"}) == (132, 24)
+    assert terminal_shape(io.StringIO(), {"COLUMNS": "x"}) == (80, 24)
 
 
 def test_ls_table_shows_type_size_time_and_relative_paths() -> None:
