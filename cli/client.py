@@ -419,15 +419,18 @@ class AsyncClient:
         verify: bool = True,
         progress: Progress | None = None,
         state_file: str | os.PathLike[str] | None = None,
+        parents: bool = True,
     ) -> TransferReport:
         """Download PFS files (directory trees with `recursive`) to the local path `local`, like `cp`.
 
         Resumable through `<file>.paddlecloud-part`; each file's sha256 is compared with the
         server's before the part file is renamed into place (unless `verify` is off). Skips,
-        conflicts and failures as for `upload`.
+        conflicts and failures as for `upload`. With `parents` (the default here; the CLI's
+        `-p`) missing parent directories of `local` are made; without, a missing one is refused.
         """
         sources = [await self.pfs_path(p) for p in ([remote] if isinstance(remote, str) else remote)]
         transfers = await self._transfers(jobs, overwrite, verify, progress, state_file)
+        transfers.parents = parents
         report = await transfers.download(sources, os.fspath(local), recursive=recursive)
         if report.failed:
             raise TransferFailed(report)

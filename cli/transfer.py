@@ -237,11 +237,21 @@ def _publish(part: Path, dest: Path) -> None:
 
 
 def _stat_or_none(path: Path) -> os.stat_result | None:
-    """os.stat (following symlinks), or None when nothing is there."""
+    """os.stat (following symlinks), or None when nothing is there (a file on the way counts)."""
     try:
         return os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def _check_parent(dest: Path, shown: str) -> None:
+    """Refuse a local destination whose parent directory is missing (`cp` without `-p`)."""
+    parent = dest.parent
+    info = _stat_or_none(parent)
+    if info is None:
+        raise TransferError(f"{shown}: the directory {parent} does not exist (-p makes it)")
+    if not stat.S_ISDIR(info.st_mode):
+        raise TransferError(f"{shown}: {parent} is not a directory")
 
 
 # --- resume state ----------------------------------------------------------------------------
@@ -506,7 +516,9 @@ class Transfers:
     """Runs uploads and downloads for one client; one instance per command or SDK call.
 
     `user` is who the state file's keys name; `on_chunk` is called with the running count of
-    chunks moved (see the module's note).
+    chunks moved (see the module's note). `parents`: a download may make the missing parent
+    directories of its local destination (`cp -p`); without it, only the destination itself
+    (and what lies beneath it) is made. On PFS, missing directories are always made.
     """
 
     def __init__(
@@ -521,6 +533,7 @@ class Transfers:
         verify: bool = True,
         chunk_size: int = CHUNK_SIZE,
         on_chunk: Callable[[int], None] | None = None,
+        parents: bool = True,
     ) -> None:
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -532,6 +545,7 @@ class Transfers:
         self.overwrite = overwrite
         self.verify = verify
         self.chunk_size = chunk_size
+        self.parents = parents
         self._on_chunk = on_chunk
         self._chunks = 0
 
@@ -864,6 +878,10 @@ class Transfers:
         dest = Path(destination)
         dest_info = await asyncio.to_thread(_stat_or_none, dest)
         dest_is_dir = dest_info is not None and stat.S_ISDIR(dest_info.st_mode)
+        if dest_info is None and not self.parents:
+            # Checked before anything is asked of PFS or made here: a mistyped destination
+            # must not leave a trail of directories behind.
+            await asyncio.to_thread(_check_parent, dest, str(destination))
         tree = len(sources) > 1
         for source in sources:
             source = pfspaths.strip_slash(source)

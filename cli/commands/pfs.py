@@ -106,6 +106,7 @@ async def _transfer(
         if upload:
             report = await client.upload(list(sources), dest, args.recursive, **options)
         else:
+            options["parents"] = args.parents
             report = await client.download(list(sources), dest, args.recursive, **options)
     except TransferFailed as exc:
         report, failure = exc.report, exc
@@ -319,6 +320,13 @@ def add_transfer_flags(parser: ArgumentParser) -> None:
         help="files to transfer at once (default: %(default)s)",
     )
     add_flag(parser, "quiet", short="-q", action="store_true", help="no progress bars or per-file lines")
+    add_flag(
+        parser,
+        "parents",
+        short="-p",
+        action="store_true",
+        help="make a local DEST's missing parent directories (on PFS they are always made)",
+    )
     add_flag(parser, "overwrite", action="store_true", help="replace destination files that differ")
     add_flag(
         parser,

@@ -388,6 +388,34 @@ async def test_a_different_file_at_the_destination_needs_overwrite(rig: Rig, tmp
         await rig.transfers().download([f"{HOME}/b.txt"], tmp_path / "b.txt")
 
 
+async def test_a_download_without_parents_refuses_a_missing_local_directory_and_makes_nothing(
+    rig: Rig, tmp_path: Path
+) -> None:
+    (rig.pfs.root / "home/alice/f.txt").write_bytes(b"data")
+    (rig.pfs.root / "home/alice/tree/sub").mkdir(parents=True)
+    (rig.pfs.root / "home/alice/tree/sub/g.txt").write_bytes(b"g")
+    missing = tmp_path / "nonexistent" / "dir"
+    for source, dest, recursive in (
+        (f"{HOME}/f.txt", missing / "x.txt", False),
+        (f"{HOME}/f.txt", f"{missing}/", False),
+        (f"{HOME}/tree", missing / "tree", True),
+    ):
+        with pytest.raises(
+            TransferError, match=r"the directory .*nonexistent.* does not exist \(-p makes it\)"
+        ):
+            await rig.transfers(parents=False).download([source], dest, recursive=recursive)
+    assert not (tmp_path / "nonexistent").exists()
+    (tmp_path / "plain").write_bytes(b"")
+    with pytest.raises(TransferError, match=r"plain is not a directory"):
+        await rig.transfers(parents=False).download([f"{HOME}/f.txt"], tmp_path / "plain" / "x.txt")
+
+    # The destination itself is still made when its parent is there; -p makes the rest.
+    await rig.transfers(parents=False).download([f"{HOME}/f.txt"], f"{tmp_path}/new/")
+    assert (tmp_path / "new" / "f.txt").read_bytes() == b"data"
+    await rig.transfers(parents=True).download([f"{HOME}/f.txt"], missing / "x.txt")
+    assert (missing / "x.txt").read_bytes() == b"data"
+
+
 async def test_tree_failures_are_reported_per_file_and_the_rest_goes_on(rig: Rig, tmp_path: Path) -> None:
     source = tmp_path / "tree"
     make_tree(source)
