@@ -20,10 +20,29 @@ def as_program(text: str, prog: str) -> str:
     return text if name == WRITTEN_AS else _COMMAND_WORD.sub(name, text)
 
 
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice most like `word`, if one is alike enough to be what was meant."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`; did you mean X?` for the choice closest to `word`, or '' when none is close."""
-    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    found = closest(word, choices)
+    return f"; did you mean {found}?" if found else ""
+
+
+def closest_flag(typed: str, spellings: Iterable[str]) -> str | None:
+    """The flag most like `typed`, compared without dashes (`--bogus` is not `--jobs` for
+    sharing them), in the dash style typed where the flag has it."""
+    by_name: dict[str, list[str]] = {}
+    for spelling in spellings:
+        by_name.setdefault(spelling.lstrip("-"), []).append(spelling)
+    name = closest(typed.lstrip("-"), by_name)
+    if name is None:
+        return None
+    dashes = typed[: len(typed) - len(typed.lstrip("-"))]
+    return next((s for s in by_name[name] if s == dashes + name), by_name[name][0])
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -71,7 +90,8 @@ class ArgumentParser(argparse.ArgumentParser):
         message = f"unrecognized arguments: {' '.join(extras)}"
         for extra in extras:
             if extra.startswith("-") and extra != "--":
-                return message + did_you_mean(extra.split("=", 1)[0], self._option_string_actions)
+                found = closest_flag(extra.split("=", 1)[0], self._option_string_actions)
+                return message + (f"; did you mean {found}?" if found else "")
         return message
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
