@@ -394,6 +394,10 @@ class AsyncClient:
     ) -> TransferReport:
         """Upload local files (directory trees with `recursive`) to the PFS path `remote`, like `cp`.
 
+        Placed as `cp -r` places them: into `remote` when it is an existing directory or ends
+        in `/`, else as `remote`; a directory given as a string ending in `/` puts what it
+        holds into `remote` (rsync's rule, the way to copy into the same place again).
+
         Resumable: an interrupted upload of an unchanged file continues where the server's
         offset says, the next time. Files already identical at the destination are skipped; a
         different one there is an error unless `overwrite`. With `verify` (the default) the
@@ -401,7 +405,8 @@ class AsyncClient:
         (with the report) if any file of several failed; a single file's failure as is.
         `state_file` defaults to `~/.paddle/uploads.json`.
         """
-        sources = [Path(p) for p in ([local] if isinstance(local, str | os.PathLike) else local)]
+        # As given: a string's trailing slash asks for a directory's contents (see `placement`).
+        sources = [local] if isinstance(local, str | os.PathLike) else list(local)
         transfers = await self._transfers(jobs, overwrite, verify, progress, state_file)
         report = await transfers.upload(sources, await self.pfs_path(remote), recursive=recursive)
         if report.failed:

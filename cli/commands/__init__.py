@@ -124,8 +124,12 @@ class CommandTree:
         description: str | None = None,
         epilog: str | None = None,
         aliases: Sequence[str] = (),
+        prepare_args: Callable[[list[str]], list[str]] | None = None,
     ) -> CommandTree:
-        """The nested level `name` (`users`, `get`, `pfs`), made on first call, shared after."""
+        """The nested level `name` (`users`, `get`, `pfs`), made on first call, shared after.
+
+        `prepare_args` rewrites the level's arguments before they are parsed (see `ArgumentParser`).
+        """
         if name in self._groups:
             return self._groups[name]
         help = help or SHARED_GROUPS.get(name) or name
@@ -138,6 +142,7 @@ class CommandTree:
             parents=self._parents,
             formatter_class=HelpFormatter,
             allow_abbrev=False,
+            prepare_args=prepare_args,
         )
         subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
         tree = CommandTree(subparsers, self._parents, parser)

@@ -264,14 +264,18 @@ async def test_a_tree_goes_up_then_is_skipped_as_identical_then_comes_back(rig: 
     assert (rig.pfs.root / "home/alice/data/empty").is_dir()
     assert json.loads(rig.state.path.read_text())["uploads"] == {}  # finished uploads are forgotten
 
-    again = await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    # Again into the same place: the source's trailing slash says "what it holds", as rsync's.
+    again = await rig.transfers().upload([f"{source}/"], f"{HOME}/data", recursive=True)
     assert again.identical == 4 and not again.transferred
     assert "4 already identical" in again.summary()
     assert "skipped tree/top.txt: already identical" in rig.out.getvalue()
 
-    # A trailing slash (or an existing directory) puts the tree inside, under its own name.
+    # Without it, an existing directory is copied into, under the source's own name, as cp does;
+    # and so is a DEST with a trailing slash.
+    nested = await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    assert len(nested.transferred) == 4 and (rig.pfs.root / "home/alice/data/tree/a/b/deep.bin").exists()
     into = await rig.transfers().upload([source], f"{HOME}/data/", recursive=True)
-    assert len(into.transferred) == 4 and (rig.pfs.root / "home/alice/data/tree/a/b/deep.bin").exists()
+    assert into.identical == 4 and not into.transferred
 
     back = tmp_path / "back"
     down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
@@ -279,8 +283,35 @@ async def test_a_tree_goes_up_then_is_skipped_as_identical_then_comes_back(rig: 
     for name, data in files.items():
         assert (back / name).read_bytes() == data
     assert (back / "empty").is_dir() and not list(back.rglob(f"*{PART_SUFFIX}"))
-    again_down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
+    again_down = await rig.transfers().download([f"{HOME}/data/"], back, recursive=True)
     assert again_down.identical == 8 and not again_down.transferred
+    nested_down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
+    assert len(nested_down.transferred) == 8 and (back / "data" / "tree" / "top.txt").exists()
+
+
+async def test_a_second_run_that_nests_says_how_to_copy_into_the_same_place(rig: Rig, tmp_path: Path) -> None:
+    source = tmp_path / "data"
+    make_tree(source)
+    await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    assert (rig.pfs.root / "home/alice/data/data/top.txt").exists()
+    assert f"{HOME}/data exists: copying data into it, as {HOME}/data/data" in rig.out.getvalue()
+    assert "end the source with a slash: data/" in rig.out.getvalue()
+    back = tmp_path / "back" / "data"
+    back.mkdir(parents=True)
+    await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
+    assert (
+        back / "data" / "top.txt"
+    ).exists() and f"{back} exists: copying data into it" in rig.out.getvalue()
+
+
+async def test_a_trailing_slash_on_a_file_is_refused(rig: Rig, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"a")
+    with pytest.raises(TransferError, match=r"a\.txt/: not a directory"):
+        await rig.transfers().upload([f"{tmp_path}/a.txt/"], f"{HOME}/x", recursive=True)
+    (rig.pfs.root / "home/alice/b.txt").write_bytes(b"b")
+    with pytest.raises(TransferError, match=r"b\.txt/: not a directory"):
+        await rig.transfers().download([f"{HOME}/b.txt/"], tmp_path / "b", recursive=True)
 
 
 async def test_an_interrupted_upload_resumes_without_resending_acknowledged_bytes(
@@ -421,7 +452,7 @@ async def test_tree_failures_are_reported_per_file_and_the_rest_goes_on(rig: Rig
     make_tree(source)
     (rig.pfs.root / "home/alice/data/a").mkdir(parents=True)
     (rig.pfs.root / "home/alice/data/a/mid.bin").write_bytes(b"something else")
-    report = await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    report = await rig.transfers().upload([f"{source}/"], f"{HOME}/data", recursive=True)
     assert report.failed == 1 and len(report.transferred) == 3
     assert rig.err.getvalue().count("\n") == 1 and "mid.bin exists and differs" in rig.err.getvalue()
 
