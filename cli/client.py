@@ -36,7 +36,7 @@ from .answers import (
     Whoami,
     Worker,
 )
-from .config import paddle_home
+from .config import TokenCache, config_path, load_config, paddle_home, token_cache_path
 from .errors import (
     MAX_ERROR_BODY,
     ApiError,
@@ -1027,6 +1027,28 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.aio.endpoint!r}, username={self.aio.username!r})"
+
+    @classmethod
+    def from_config(
+        cls,
+        datacenter: str | None = None,
+        *,
+        config: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> Client:
+        """A client for a datacenter of the client config, as the CLI makes one.
+
+        The config is `config`, else `$PADDLE_CONFIG`, else `~/.paddle/config`; the datacenter
+        `datacenter`, else `current-datacenter`. Tokens are shared with the CLI's cache
+        (`~/.paddle/tokens.json`). `ConfigMissing`/`ConfigError` say what is wrong.
+        """
+        env = os.environ if env is None else env
+        loaded = load_config(config_path(env, os.fspath(config) if config is not None else None))
+        chosen = loaded.select(datacenter)
+        slot = TokenCache(token_cache_path(env)).slot(chosen.name, chosen.username, chosen.endpoint)
+        options.setdefault("datacenter", chosen.name)
+        return cls(chosen.endpoint, chosen.username, chosen.password, token_cache=slot, **options)
 
     def __enter__(self) -> Client:
         return self
