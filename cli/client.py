@@ -36,7 +36,7 @@ from .answers import (
     Whoami,
     Worker,
 )
-from .config import paddle_home
+from .config import TokenCache, config_path, load_config, paddle_home, token_cache_path
 from .errors import (
     MAX_ERROR_BODY,
     ApiError,
@@ -394,6 +394,10 @@ class AsyncClient:
     ) -> TransferReport:
         """Upload local files (directory trees with `recursive`) to the PFS path `remote`, like `cp`.
 
+        Placed as `cp -r` places them: into `remote` when it is an existing directory or ends
+        in `/`, else as `remote`; a directory given as a string ending in `/` puts what it
+        holds into `remote` (rsync's rule, the way to copy into the same place again).
+
         Resumable: an interrupted upload of an unchanged file continues where the server's
         offset says, the next time. Files already identical at the destination are skipped; a
         different one there is an error unless `overwrite`. With `verify` (the default) the
@@ -401,7 +405,8 @@ class AsyncClient:
         (with the report) if any file of several failed; a single file's failure as is.
         `state_file` defaults to `~/.paddle/uploads.json`.
         """
-        sources = [Path(p) for p in ([local] if isinstance(local, str | os.PathLike) else local)]
+        # As given: a string's trailing slash asks for a directory's contents (see `placement`).
+        sources = [local] if isinstance(local, str | os.PathLike) else list(local)
         transfers = await self._transfers(jobs, overwrite, verify, progress, state_file)
         report = await transfers.upload(sources, await self.pfs_path(remote), recursive=recursive)
         if report.failed:
@@ -419,15 +424,18 @@ class AsyncClient:
         verify: bool = True,
         progress: Progress | None = None,
         state_file: str | os.PathLike[str] | None = None,
+        parents: bool = True,
     ) -> TransferReport:
         """Download PFS files (directory trees with `recursive`) to the local path `local`, like `cp`.
 
         Resumable through `<file>.paddlecloud-part`; each file's sha256 is compared with the
         server's before the part file is renamed into place (unless `verify` is off). Skips,
-        conflicts and failures as for `upload`.
+        conflicts and failures as for `upload`. With `parents` (the default here; the CLI's
+        `-p`) missing parent directories of `local` are made; without, a missing one is refused.
         """
         sources = [await self.pfs_path(p) for p in ([remote] if isinstance(remote, str) else remote)]
         transfers = await self._transfers(jobs, overwrite, verify, progress, state_file)
+        transfers.parents = parents
         report = await transfers.download(sources, os.fspath(local), recursive=recursive)
         if report.failed:
             raise TransferFailed(report)
@@ -1019,6 +1027,28 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.aio.endpoint!r}, username={self.aio.username!r})"
+
+    @classmethod
+    def from_config(
+        cls,
+        datacenter: str | None = None,
+        *,
+        config: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> Client:
+        """A client for a datacenter of the client config, as the CLI makes one.
+
+        The config is `config`, else `$PADDLE_CONFIG`, else `~/.paddle/config`; the datacenter
+        `datacenter`, else `current-datacenter`. Tokens are shared with the CLI's cache
+        (`~/.paddle/tokens.json`). `ConfigMissing`/`ConfigError` say what is wrong.
+        """
+        env = os.environ if env is None else env
+        loaded = load_config(config_path(env, os.fspath(config) if config is not None else None))
+        chosen = loaded.select(datacenter)
+        slot = TokenCache(token_cache_path(env)).slot(chosen.name, chosen.username, chosen.endpoint)
+        options.setdefault("datacenter", chosen.name)
+        return cls(chosen.endpoint, chosen.username, chosen.password, token_cache=slot, **options)
 
     def __enter__(self) -> Client:
         return self

@@ -20,6 +20,7 @@ from .config import (
     token_cache_path,
 )
 from .errors import PaddleCloudError
+from .flags import as_program
 from .output import render_data
 
 
@@ -67,7 +68,7 @@ class Context:
         self.stdout.flush()
 
     def warn(self, message: str) -> None:
-        self.stderr.write(f"{self.prog}: warning: {message}\n")
+        self.stderr.write(f"{self.prog}: warning: {as_program(message, self.prog)}\n")
         self.stderr.flush()
 
     def log(self, message: str) -> None:

@@ -10,17 +10,20 @@ Differences from Paddle v2, all deliberate:
   (Paddle v2's test `i >= line_count and i % line_count == 0` put `line_count + 1`
   samples in the first file.) They return the paths they wrote, and never write an
   empty file.
-- `convert` writes `<output_path>/<name_prefix>-00000`, ... with this package's RecordIO
-  writer; each record is a pickled sample. It shuffles the samples within each file
-  as Paddle v2 did, unless `shuffle=False`.
+- `convert` writes `<output_path>/<name_prefix>-00000-of-00009`, ... (the shard's number and
+  how many there are, as the original PaddleCloud docs list data sets; Paddle v2 wrote
+  `-00000` alone) with this package's RecordIO writer; each record is a pickled sample.
+  It shuffles the samples within each file as Paddle v2 did, unless `shuffle=False`.
 - Files are opened in binary mode, as pickle requires on Python 3.
 - `cluster_files_reader`'s `trainer_count` and `trainer_id` default to this process's
-  values from `paddlecloud.runtime` (read when the reader is created).
+  values from `paddlecloud.runtime` (read when the reader is created); `train_id` is
+  accepted for `trainer_id`, as the original PaddleCloud docs spell it.
 - `load_recordio` is a `loader` for `cluster_files_reader` that reads `convert`'s output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pickle
@@ -76,6 +79,8 @@ def cluster_files_reader(
     trainer_count: int | None = None,
     trainer_id: int | None = None,
     loader: Callable[[IO[bytes]], Iterable[Any]] = pickle.load,
+    *,
+    train_id: int | None = None,
 ) -> Callable[[], Iterator[Any]]:
     """Return a reader creator yielding the samples of this trainer's share of the files.
 
@@ -84,9 +89,14 @@ def cluster_files_reader(
     `trainer_id` modulo `trainer_count`, so each file is read by exactly one trainer.
     `loader(file)` turns an open file into its samples. The glob runs each time the
     reader is called, so files written after the reader was created are seen.
+    `train_id` is the original PaddleCloud docs' spelling of `trainer_id`.
     """
     if not callable(loader):
         raise TypeError("loader must be callable")
+    if train_id is not None:
+        if trainer_id is not None and trainer_id != train_id:
+            raise TypeError(f"trainer_id={trainer_id} and train_id={train_id} disagree; give one")
+        trainer_id = train_id
     count = runtime.trainer_count() if trainer_count is None else trainer_count
     tid = runtime.trainer_id() if trainer_id is None else trainer_id
     if count <= 0:
@@ -123,17 +133,35 @@ def convert(
 ) -> list[str]:
     """Write the samples of `reader` as RecordIO files of `line_count` pickled samples each.
 
-    Files are `<output_path>/<name_prefix>-%05d`; `output_path` must exist. Returns the
-    paths written, in order. Read them back with
-    `cluster_files_reader(f"{output_path}/{name_prefix}-*", loader=load_recordio)`.
+    Files are `<output_path>/<name_prefix>-%05d-of-%05d` (`housing-00000-of-00009` is the
+    first of nine); `output_path` must exist. Returns the paths written, in order. Read them
+    back with `cluster_files_reader(f"{output_path}/{name_prefix}-*", loader=load_recordio)`
+    or `recordio.reader(f"{output_path}/{name_prefix}-*")`.
+
+    How many files there are is known only once the reader is exhausted, so each is
+    written under a hidden temporary name first and renamed when all are complete: a
+    conversion that fails half-way leaves no shard that looks finished.
     """
+    directory = os.fspath(output_path)
+    written: list[str] = []
+    try:
+        for number, batch in enumerate(_batches(reader, line_count)):
+            if shuffle:
+                random.shuffle(batch)
+            path = os.path.join(directory, f".{name_prefix}-{number:05d}.partial")
+            written.append(path)
+            with recordio.Writer(path, compressor=compressor) as writer:
+                for sample in batch:
+                    writer.write(pickle.dumps(sample))
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    total = len(written)
     paths = []
-    for number, batch in enumerate(_batches(reader, line_count)):
-        if shuffle:
-            random.shuffle(batch)
-        path = os.path.join(os.fspath(output_path), f"{name_prefix}-{number:05d}")
-        with recordio.Writer(path, compressor=compressor) as writer:
-            for sample in batch:
-                writer.write(pickle.dumps(sample))
+    for number, partial in enumerate(written):
+        path = os.path.join(directory, f"{name_prefix}-{number:05d}-of-{total:05d}")
+        os.replace(partial, path)
         paths.append(path)
     return paths

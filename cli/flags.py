@@ -3,8 +3,46 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
-from typing import Any
+import difflib
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
+
+# The name help texts are written with; shown as the name the program was run as.
+WRITTEN_AS = "paddlecloud"
+# "paddlecloud " as a command word: not in `.paddlecloudignore`, `~/.paddlecloud` or `paddlecloud.yaml`.
+_COMMAND_WORD = re.compile(rf"(?<![\w.~/-]){WRITTEN_AS}(?= )")
+
+
+def as_program(text: str, prog: str) -> str:
+    """`text` with its example command lines naming `prog` (`paddlectl`) instead of `paddlecloud`."""
+    name = prog.split()[0] if prog.strip() else WRITTEN_AS
+    return text if name == WRITTEN_AS else _COMMAND_WORD.sub(name, text)
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice most like `word`, if one is alike enough to be what was meant."""
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean X?` for the choice closest to `word`, or '' when none is close."""
+    found = closest(word, choices)
+    return f"; did you mean {found}?" if found else ""
+
+
+def closest_flag(typed: str, spellings: Iterable[str]) -> str | None:
+    """The flag most like `typed`, compared without dashes (`--bogus` is not `--jobs` for
+    sharing them), in the dash style typed where the flag has it."""
+    by_name: dict[str, list[str]] = {}
+    for spelling in spellings:
+        by_name.setdefault(spelling.lstrip("-"), []).append(spelling)
+    name = closest(typed.lstrip("-"), by_name)
+    if name is None:
+        return None
+    dashes = typed[: len(typed) - len(typed.lstrip("-"))]
+    return next((s for s in by_name[name] if s == dashes + name), by_name[name][0])
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -22,6 +60,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
     `prepare_args` rewrites the arguments this parser is given before it parses them: for a
     flag whose meaning depends on its value, which argparse cannot express (`submit --output`).
+
+    A mistake is reported by the parser of the command it was made in, with that command's
+    usage and the closest spelling (`paddlectl submit: error: unrecognized arguments:
+    --jobnme; did you mean --jobname?`). Plain argparse hands a subcommand's unknown flags up
+    to the top level, which then shows the top level's usage. Help texts name the program as
+    it was run (`paddlectl` or `paddlecloud`).
     """
 
     def __init__(
@@ -37,7 +81,32 @@ class ArgumentParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         if args is not None and self.prepare_args is not None:
             args = self.prepare_args(list(args))
-        return super().parse_known_args(args, namespace)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(self._unrecognized(extras))
+        return parsed, extras
+
+    def _unrecognized(self, extras: Sequence[str]) -> str:
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        for extra in extras:
+            if extra.startswith("-") and extra != "--":
+                found = closest_flag(extra.split("=", 1)[0], self._option_string_actions)
+                return message + (f"; did you mean {found}?" if found else "")
+        return message
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A command's name (or a flag's value) not among the choices: name the closest one.
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            hint = did_you_mean(str(value), map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices}){hint}")
+        super()._check_value(action, value)
+
+    def format_help(self) -> str:
+        return as_program(super().format_help(), self.prog)
+
+    def error(self, message: str) -> NoReturn:
+        super().error(as_program(message, self.prog))
 
     def _get_option_tuples(self, option_string: str) -> list[Any]:
         tuples: list[Any] = super()._get_option_tuples(option_string)
@@ -45,8 +114,24 @@ class ArgumentParser(argparse.ArgumentParser):
             return tuples
         # Python 3.11 still expands single-dash prefixes with allow_abbrev off (`-job` would mean
         # `-jobname`, `-p` any of `-pservers`/`-passes`). Keep only a real short option with its
-        # value attached (`-ojson`); each tuple's second item is the option string it matched.
-        return [found for found in tuples if found[1] == option_string[:2]]
+        # value attached (`-ojson`), or short flags run together (`-rq`); a misspelt Go-style
+        # flag (`-recursiv`) is then unknown, and gets its "did you mean", rather than being
+        # read as `-r` with a stray `ecursiv`. A tuple is (action, option string, ..., attached).
+        return [
+            found
+            for found in tuples
+            if found[1] == option_string[:2] and (found[0].nargs != 0 or self._all_flags(found[-1]))
+        ]
+
+    def _all_flags(self, attached: str | None) -> bool:
+        """Whether what follows a short flag is more short flags (`-rq`, `-rj8`), as argparse reads it."""
+        for char in attached or "":
+            action = self._option_string_actions.get(f"-{char}")
+            if action is None:
+                return False
+            if action.nargs != 0:
+                return True  # the rest is this flag's value
+        return True
 
 
 def flag_names(name: str, *aliases: str, short: str | None = None) -> list[str]:

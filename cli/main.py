@@ -16,7 +16,7 @@ from .commands import CommandTree, register_all
 from .config import CONFIG_ENV, ConfigMissing, check_endpoint
 from .context import Context, Handler, UsageError
 from .errors import ApiError, ConnectionProblem, CredentialsMissing, PaddleCloudError, one_line
-from .flags import ArgumentParser, add_flag
+from .flags import ArgumentParser, add_flag, as_program
 from .output import FORMATS
 
 EXIT_OK = 0
@@ -55,7 +55,9 @@ Flags work Go style, as the original PaddleCloud docs write them (-jobname x -cp
 GNU style (--jobname x, --job-name x). Global options go before or after the command.
 
 The client config is ${CONFIG_ENV}, else ~/.paddle/config; tokens are cached in
-~/.paddle/tokens.json. Run `paddlecloud COMMAND --help` for each command's own examples.
+~/.paddle/tokens.json. Run `paddlecloud help COMMAND` (or `paddlecloud COMMAND --help`) for
+each command's own flags and examples; `paddlecloud commands` lists every command and
+`paddlecloud flags` the flags above.
 
 {exit_codes_help()}"""
 
@@ -147,19 +149,21 @@ def main(
     stderr: TextIO | None = None,
     stdin: TextIO | None = None,
     on_chunk: Callable[[int], None] | None = None,
+    prog: str | None = None,
 ) -> int:
     """Run one command and return its exit status; `sys.exit(main())` is the console script.
 
     Everything the command touches outside itself is injectable: arguments, environment (which
-    also locates the config through HOME and PADDLE_CONFIG) and the three streams. `on_chunk`
-    goes to the client's transfers (see `paddlecloud.transfer`).
+    also locates the config through HOME and PADDLE_CONFIG), the three streams and the name the
+    program was run as (`prog`: help and messages say `paddlectl ...` when run as paddlectl).
+    `on_chunk` goes to the client's transfers (see `paddlecloud.transfer`).
     """
-    prog = PROGRAM_NAMES[0]
     if argv is None:
         argv = sys.argv[1:]
         invoked = os.path.basename(sys.argv[0]) if sys.argv else ""
-        if invoked in PROGRAM_NAMES:
+        if prog is None and invoked in PROGRAM_NAMES:
             prog = invoked
+    prog = prog or PROGRAM_NAMES[0]
     env = os.environ if env is None else env
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -208,7 +212,8 @@ def report(ctx: Context, exc: BaseException) -> int:
         message = f"internal error: {type(exc).__name__}: {one_line(str(exc))}"
         if not ctx.debug:
             message += " (run with --debug for the traceback)"
-    ctx.stderr.write(f"{ctx.prog}: error: {message}\n")
+    # Messages suggest commands as `paddlecloud ...`; say them as the program was run.
+    ctx.stderr.write(f"{ctx.prog}: error: {as_program(message, ctx.prog)}\n")
     ctx.stderr.flush()
     return exit_code_for(exc)
 

@@ -53,6 +53,7 @@ __all__ = [
 # `package` are always sent; everything else only when given, so the server's defaults apply.
 SPEC_FIELDS = (
     "entry",
+    "psentry",
     "image",
     "registry",
     "trainers",
@@ -137,6 +138,8 @@ class PaddleJob:
     input: str | None = None
     output: str | None = None
     max_restarts: int | None = None
+    # What parameter servers run; None: the entry, told TRAINING_ROLE=PSERVER.
+    psentry: str | None = None
     # The server's last word on the job, and the client it was submitted with.
     job: Job | None = field(default=None, init=False, repr=False)
     _client: Client | None = field(default=None, init=False, repr=False)

@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, Protocol, TextIO
 
 SIZE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 # A per-file bar's label is cut to this many characters so that the bar itself still fits.
 LABEL_WIDTH = 32
+# The size assumed for a terminal that reports none (0x0: a serial console, some CI runners
+# and containers); tqdm would take a width of 0 to mean "no bar, numbers only".
+FALLBACK_COLUMNS = 80
+FALLBACK_LINES = 24
+
+
+def terminal_shape(stream: Any, env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(columns, lines) of the terminal `stream` writes to; what it cannot tell comes from
+    $COLUMNS/$LINES, else 80x24. Never 0: a bar needs a width."""
+    env = os.environ if env is None else env
+    columns = lines = 0
+    try:
+        columns, lines = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+    return (
+        columns or _positive(env.get("COLUMNS")) or FALLBACK_COLUMNS,
+        lines or _positive(env.get("LINES")) or FALLBACK_LINES,
+    )
+
+
+def _positive(value: str | None) -> int:
+    return int(value) if value and value.isdigit() and int(value) > 0 else 0
 
 
 def human_size(size: int | float) -> str:
@@ -105,17 +130,7 @@ class Progress:
             from tqdm import tqdm
 
             self._tqdm = tqdm
-            self._overall = tqdm(
-                total=0,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                file=stderr,
-                position=0,
-                leave=False,
-                desc="total",
-                dynamic_ncols=True,
-            )
+            self._overall = self._bar(total=0, position=0, desc="total")
 
     @classmethod
     def quiet(cls, stdout: TextIO | None = None, stderr: TextIO | None = None) -> Progress:
@@ -140,19 +155,31 @@ class Progress:
             return _NoBar()
         with self._lock:
             position = self._free_slots.pop(0) if self._free_slots else None
+        bar = self._bar(total=total, initial=initial, position=position, desc=short_label(label))
+        return _TqdmFileBar(self, bar, position, counts)
+
+    def _bar(self, **options: Any) -> Any:
+        """A tqdm bar on stderr, sized to the terminal, and resized with it.
+
+        The size comes from `terminal_shape` rather than from tqdm's own `dynamic_ncols`,
+        which takes a terminal that reports 0 columns at its word and draws no bar at all.
+        tqdm keeps its resize callback in `dynamic_ncols` and calls it with the stream before
+        each redraw; ours goes there once the bar exists (given to the constructor, it would
+        be replaced by tqdm's).
+        """
+        columns, lines = terminal_shape(self.stderr)
         bar = self._tqdm(
-            total=total,
-            initial=initial,
             unit="B",
             unit_scale=True,
             unit_divisor=1024,
             file=self.stderr,
-            position=position,
             leave=False,
-            desc=short_label(label),
-            dynamic_ncols=True,
+            ncols=columns,
+            nrows=lines,
+            **options,
         )
-        return _TqdmFileBar(self, bar, position, counts)
+        bar.dynamic_ncols = terminal_shape
+        return bar
 
     def note(self, line: str) -> None:
         """One line about a file (`uploaded ...`, `resuming ...`); nothing unless lines are on."""

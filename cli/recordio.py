@@ -26,6 +26,11 @@ What was checked against the Go reference (header.go, chunk.go, writer.go):
 - the Go reader ignores bytes after the last record of a payload; this one reports them
   as a record count mismatch, since no writer produces them.
 
+`reader(path)` and `writer(path)` are the original Python binding's interface (the
+PaddlePaddle `recordio` package over the Go library, which the original docs use):
+`reader("/pfs/.../housing-*").read()` returns the next record, `b""` for an empty one, and
+None at the end of the last file; `path` may be a glob, or several separated by commas.
+
 Every problem found while reading raises `RecordIOError`, whose message names the file
 (when known), the chunk's byte offset and what is wrong. Only the standard library is
 imported unless a snappy chunk is met: training code imports this in every worker.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import glob
 import gzip
 import io
 import os
@@ -54,6 +60,8 @@ __all__ = [
     "Reader",
     "RecordIOError",
     "Writer",
+    "reader",
+    "writer",
 ]
 
 MAGIC = 0x01020304
@@ -475,3 +483,102 @@ class Reader:
                 f"but {len(view) - pos} payload bytes follow them",
             )
         return records
+
+
+# --- the original binding's interface ------------------------------------------------------
+
+
+def expand(paths: str | os.PathLike[str]) -> list[str]:
+    """The files `paths` names: comma-separated paths or globs, each glob's matches sorted."""
+    found: list[str] = []
+    for part in os.fspath(paths).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if glob.has_magic(part):
+            matches = sorted(glob.glob(part))
+            if not matches:
+                raise FileNotFoundError(f"no RecordIO file matches {part}")
+            found.extend(matches)
+        else:
+            found.append(part)
+    if not found:
+        raise FileNotFoundError(f"no RecordIO file named in {os.fspath(paths)!r}")
+    return found
+
+
+class reader:  # lower case: the original binding's name, which the original docs call
+    """The records of one or more RecordIO files, one `read()` at a time, as the original
+    binding read them::
+
+        r = recordio.reader("/pfs/dc1/public/dataset/housing-*")
+        while True:
+            record = r.read()
+            if record is None:   # the end (an empty record is b"")
+                break
+            ...
+        r.close()
+
+    Files are read in the order `expand` gives, each opened only when reached. Also an
+    iterator and a context manager.
+    """
+
+    def __init__(self, paths: str | os.PathLike[str]) -> None:
+        self.paths = expand(paths)
+        self._next_file = 0
+        self._current: Reader | None = None
+        self._records: Iterator[bytes] | None = None
+
+    def read(self) -> bytes | None:
+        """The next record (`b""` for an empty one), or None once every file is read."""
+        while True:
+            if self._records is not None:
+                record = next(self._records, None)
+                if record is not None:
+                    return record
+                self._close_current()
+            if self._next_file >= len(self.paths):
+                return None
+            self._current = Reader(self.paths[self._next_file])
+            self._next_file += 1
+            self._records = iter(self._current)
+
+    def close(self) -> None:
+        self._close_current()
+        self._next_file = len(self.paths)
+
+    def _close_current(self) -> None:
+        if self._current is not None:
+            self._current.close()
+        self._current = None
+        self._records = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        while (record := self.read()) is not None:
+            yield record
+
+    def __enter__(self) -> reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class writer:  # lower case: the original binding's name
+    """Writes records to one RecordIO file, as the original binding did: `write(record)`
+    takes bytes (or a str, written as UTF-8); `close()` writes the last chunk."""
+
+    def __init__(self, path: str | os.PathLike[str], compressor: Compressor | int = Compressor.NONE) -> None:
+        self._writer = Writer(path, compressor=compressor)
+
+    def write(self, record: bytes | bytearray | memoryview | str) -> None:
+        self._writer.write(record.encode("utf-8") if isinstance(record, str) else record)
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

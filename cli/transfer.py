@@ -237,11 +237,21 @@ def _publish(part: Path, dest: Path) -> None:
 
 
 def _stat_or_none(path: Path) -> os.stat_result | None:
-    """os.stat (following symlinks), or None when nothing is there."""
+    """os.stat (following symlinks), or None when nothing is there (a file on the way counts)."""
     try:
         return os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def _check_parent(dest: Path, shown: str) -> None:
+    """Refuse a local destination whose parent directory is missing (`cp` without `-p`)."""
+    parent = dest.parent
+    info = _stat_or_none(parent)
+    if info is None:
+        raise TransferError(f"{shown}: the directory {parent} does not exist (-p makes it)")
+    if not stat.S_ISDIR(info.st_mode):
+        raise TransferError(f"{shown}: {parent} is not a directory")
 
 
 # --- resume state ----------------------------------------------------------------------------
@@ -442,18 +452,31 @@ def skip_decision(
     return "transfer" if overwrite else "conflict"
 
 
-def goes_into(dest: str, *, several: bool, dest_is_dir: bool, source_is_dir: bool) -> bool:
-    """Whether a source is copied into the directory `dest` under its own name (else it becomes `dest`).
+Placement = Literal["into", "as", "contents"]
 
-    Into: with several sources, a trailing slash, `.` or `..`, or a file onto an existing
-    directory. A directory onto an existing directory without a trailing slash is merged into
-    it, where cp would nest it: cp's rule depends on whether `dest` exists, so the second run
-    of `cp -r data pfs:data` (after an interruption, say) would make `data/data` instead of
-    resuming and skipping what is already there.
+
+def has_trailing_slash(path: str) -> bool:
+    """Whether `path` names a directory's contents, as cp and rsync read a source: `data/`, `.`, `..`."""
+    return path.endswith(("/", os.sep)) or os.path.basename(path) in (".", "..")
+
+
+def placement(source: str, dest: str, *, several: bool, dest_is_dir: bool, source_is_dir: bool) -> Placement:
+    """Where a source goes, by cp's rule and rsync's trailing slash.
+
+    - `contents`: a directory given with a trailing slash (`data/`, or `.`): what it holds goes
+      into `dest`, made if missing; nothing named after the source is made (rsync's `src/`).
+    - `into`: `dest/NAME`: with several sources, a `dest` ending in `/` (or `.`, `..`), or a
+      `dest` that is an existing directory: copying into an existing directory nests, as cp does.
+    - `as`: the source becomes `dest`.
+
+    So `cp -r data pfs:data` makes `pfs:data` the first time and `pfs:data/data` the second;
+    `cp -r data/ pfs:data` copies into `pfs:data` every time (and so resumes and skips).
     """
-    if several or dest.endswith(("/", os.sep)) or os.path.basename(dest) in (".", ".."):
-        return True
-    return dest_is_dir and not source_is_dir
+    if source_is_dir and has_trailing_slash(source):
+        return "contents"
+    if several or has_trailing_slash(dest) or dest_is_dir:
+        return "into"
+    return "as"
 
 
 def upload_target(name: str, dest: str, *, into: bool) -> str:
@@ -464,6 +487,18 @@ def upload_target(name: str, dest: str, *, into: bool) -> str:
 def download_target(source: str, dest: Path, *, into: bool) -> Path:
     """Where the PFS file or directory `source` goes: into the directory `dest`, or to `dest`."""
     return dest / pfspaths.basename(source) if into else dest
+
+
+def nesting_note(name: str, dest: str) -> str | None:
+    """A word when a directory goes into an existing one of its own name (`data` into `data`):
+    most likely a second run, which nests where the first one did not."""
+    if pfspaths.basename(dest) != name:
+        return None
+    shown = dest.rstrip("/" + os.sep)
+    return (
+        f"{shown} exists: copying {name} into it, as {shown}/{name}; to copy into {shown} "
+        f"itself (as a second run should), end the source with a slash: {name}/"
+    )
 
 
 def _upload_location(location: str) -> str:
@@ -506,7 +541,9 @@ class Transfers:
     """Runs uploads and downloads for one client; one instance per command or SDK call.
 
     `user` is who the state file's keys name; `on_chunk` is called with the running count of
-    chunks moved (see the module's note).
+    chunks moved (see the module's note). `parents`: a download may make the missing parent
+    directories of its local destination (`cp -p`); without it, only the destination itself
+    (and what lies beneath it) is made. On PFS, missing directories are always made.
     """
 
     def __init__(
@@ -521,6 +558,7 @@ class Transfers:
         verify: bool = True,
         chunk_size: int = CHUNK_SIZE,
         on_chunk: Callable[[int], None] | None = None,
+        parents: bool = True,
     ) -> None:
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -532,15 +570,19 @@ class Transfers:
         self.overwrite = overwrite
         self.verify = verify
         self.chunk_size = chunk_size
+        self.parents = parents
         self._on_chunk = on_chunk
         self._chunks = 0
 
     # --- uploads -----------------------------------------------------------------------------
 
-    async def upload(self, sources: Sequence[Path], dest: str, *, recursive: bool = False) -> TransferReport:
+    async def upload(
+        self, sources: Sequence[str | os.PathLike[str]], dest: str, *, recursive: bool = False
+    ) -> TransferReport:
         """Upload local files (and with `recursive`, directory trees) to the PFS path `dest`.
 
-        Placement as `goes_into` says: inside `dest` under the source's own name, or as `dest`.
+        Placement as `placement` says: inside `dest` under the source's own name, as `dest`,
+        or, for a directory given as a string ending in `/`, its contents into `dest`.
         """
         started = time.monotonic()
         report = TransferReport("upload")
@@ -550,34 +592,42 @@ class Transfers:
         # A home is a directory even before its first write has made it.
         dest_is_dir = _entry_type(dest_entry) == "dir" or pfspaths.is_area_root(dest)
         tree = len(sources) > 1
-        for source in sources:
+        for given in sources:
+            text = os.fspath(given)
+            source = Path(text)  # without the trailing slash, which `placement` reads from `text`
             info = await asyncio.to_thread(_stat_or_none, source)
             if info is None:
-                raise TransferError(f"{source}: no such file or directory")
+                raise TransferError(f"{text}: no such file or directory")
             source_is_dir = stat.S_ISDIR(info.st_mode)
-            into = goes_into(
-                dest, several=len(sources) > 1, dest_is_dir=dest_is_dir, source_is_dir=source_is_dir
+            if text.endswith(("/", os.sep)) and not source_is_dir:
+                raise TransferError(
+                    f"{text}: not a directory (a trailing slash names a directory's contents)"
+                )
+            where = placement(
+                text, dest, several=len(sources) > 1, dest_is_dir=dest_is_dir, source_is_dir=source_is_dir
             )
-            if into:
+            if where == "into":
                 if dest_entry is not None and _entry_type(dest_entry) != "dir":
                     raise TransferError(f"{pfspaths.strip_slash(dest)} exists and is not a directory")
                 if dest_entry is None and pfspaths.strip_slash(dest) not in dirs:
                     dirs.append(pfspaths.strip_slash(dest))
             # resolve(): `cp -r . dest/` names the copy after the directory, not ".".
             name = (await asyncio.to_thread(source.resolve)).name
-            target = upload_target(name, dest, into=into)
+            target = upload_target(name, dest, into=where == "into")
             if source_is_dir:
                 if not recursive:
-                    raise TransferError(f"{source} is a directory (use -r to upload it and everything in it)")
+                    raise TransferError(f"{text} is a directory (use -r to upload it and everything in it)")
                 tree = True
+                if where == "into" and dest_entry is not None and (note := nesting_note(name, dest)):
+                    self.progress.note(note)
                 await self._plan_upload_tree(source, name, target, tasks, dirs)
             elif stat.S_ISREG(info.st_mode):
                 task = _UploadTask(source, target, name, info.st_size)
-                if not into:
+                if where == "as":
                     task.existing, task.checked = dest_entry, True
                 tasks.append(task)
             else:
-                raise TransferError(f"{source} is not a regular file")
+                raise TransferError(f"{text} is not a regular file")
         for path in dirs:
             entry = await self.client.pfs_mkdir(path, parents=True)
             report.directories_created.append(str(entry.get("path", path)))
@@ -855,7 +905,7 @@ class Transfers:
     ) -> TransferReport:
         """Download PFS files (and with `recursive`, directory trees) to the local path `destination`.
 
-        Placement as for `upload` (`goes_into`).
+        Placement as for `upload` (`placement`); a PFS directory ending in `/` gives its contents.
         """
         started = time.monotonic()
         report = TransferReport("download")
@@ -864,30 +914,42 @@ class Transfers:
         dest = Path(destination)
         dest_info = await asyncio.to_thread(_stat_or_none, dest)
         dest_is_dir = dest_info is not None and stat.S_ISDIR(dest_info.st_mode)
+        if dest_info is None and not self.parents:
+            # Checked before anything is asked of PFS or made here: a mistyped destination
+            # must not leave a trail of directories behind.
+            await asyncio.to_thread(_check_parent, dest, str(destination))
         tree = len(sources) > 1
-        for source in sources:
-            source = pfspaths.strip_slash(source)
+        for given in sources:
+            source = pfspaths.strip_slash(given)
             entry = await self.client.pfs_stat(source)
             kind = _entry_type(entry)
+            if given.endswith("/") and kind != "dir":
+                raise TransferError(
+                    f"{given}: not a directory (a trailing slash names a directory's contents)"
+                )
             # On the text given: Path("out/") has lost the slash that says "into out".
-            into = goes_into(
+            where = placement(
+                given,
                 str(destination),
                 several=len(sources) > 1,
                 dest_is_dir=dest_is_dir,
                 source_is_dir=kind == "dir",
             )
-            if into:
+            if where == "into":
                 if dest_info is not None and not dest_is_dir:
                     raise TransferError(f"{dest} exists and is not a directory")
                 if dest_info is None and dest not in dirs:
                     dirs.append(dest)
-            target = download_target(source, dest, into=into)
+            target = download_target(source, dest, into=where == "into")
             if kind == "dir":
                 if not recursive:
                     raise TransferError(
                         f"{source} is a directory (use -r to download it and everything in it)"
                     )
                 tree = True
+                name = pfspaths.basename(source)
+                if where == "into" and dest_is_dir and (note := nesting_note(name, str(destination))):
+                    self.progress.note(note)
                 await self._plan_download_tree(source, target, tasks, dirs)
             elif kind == "file":
                 tasks.append(_DownloadTask(source, target, pfspaths.basename(source), entry))

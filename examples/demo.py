@@ -137,8 +137,8 @@ def main() -> int:
         run("ls", "-r", "pfs:")
         run("pfs", "usage")
 
-        step("Upload again: files already identical on PFS are skipped")
-        run("cp", "-r", str(housing), "pfs:data/housing")
+        step("Upload again, into the same place (the slash: what housing holds): identical files are skipped")
+        run("cp", "-r", f"{housing}/", "pfs:data/housing")
 
         step("Download a shard back; the bytes are the same")
         back = DEMO / "housing-00000.back.csv"
@@ -166,7 +166,7 @@ def main() -> int:
 
         step("Fetch the trained model from the job's output directory")
         model_dir = DEMO / "model"
-        run("cp", "-r", "pfs:jobs/fit-a-line/output", str(model_dir))
+        run("cp", "-r", "pfs:jobs/fit-a-line/output/", str(model_dir))
         model = json.loads((model_dir / "model.json").read_text())
         print(f"  model.json: final loss {model['final_loss']:.4f}", flush=True)
 

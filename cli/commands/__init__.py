@@ -26,8 +26,20 @@ SHARED_GROUPS = {
 }
 
 
+class UnknownCommand(LookupError):
+    """`find` met a word that names no command at its level; `choices` are the names there."""
+
+    def __init__(self, word: str, choices: Sequence[str]) -> None:
+        super().__init__(word)
+        self.word = word
+        self.choices = list(choices)
+
+
 class CommandTree:
-    """One level of subcommands; `group()` makes or finds a nested level, `command()` a leaf."""
+    """One level of subcommands; `group()` makes or finds a nested level, `command()` a leaf.
+
+    `common` are the parsers whose options every command takes (the global options).
+    """
 
     def __init__(
         self,
@@ -39,6 +51,41 @@ class CommandTree:
         self._subparsers = subparsers
         self._parents = list(parents)
         self._groups: dict[str, CommandTree] = {}
+
+    @property
+    def common(self) -> list[ArgumentParser]:
+        return list(self._parents)
+
+    @property
+    def names(self) -> list[str]:
+        """The commands of this level, aliases beside the names, in `--help` order."""
+        return list(self._subparsers.choices)
+
+    def find(self, words: Sequence[str]) -> argparse.ArgumentParser:
+        """The parser of the command `words` names (`["get", "jobs"]`); `[]` is this level's own.
+
+        `UnknownCommand` for a word that names nothing where it stands.
+        """
+        if not words:
+            return self.parser
+        first, rest = words[0], words[1:]
+        if first in self._groups:
+            return self._groups[first].find(rest)
+        parser = self._subparsers.choices.get(first)
+        if parser is None:
+            raise UnknownCommand(first, self.names)
+        if rest:
+            raise UnknownCommand(rest[0], [])  # a leaf has no commands beneath it
+        return parser
+
+    def level(self, words: Sequence[str]) -> CommandTree:
+        """The nested level `words` names (`["get"]`); `UnknownCommand` if it is not a group."""
+        tree = self
+        for word in words:
+            if word not in tree._groups:
+                raise UnknownCommand(word, list(tree._groups))
+            tree = tree._groups[word]
+        return tree
 
     def command(
         self,
@@ -77,8 +124,12 @@ class CommandTree:
         description: str | None = None,
         epilog: str | None = None,
         aliases: Sequence[str] = (),
+        prepare_args: Callable[[list[str]], list[str]] | None = None,
     ) -> CommandTree:
-        """The nested level `name` (`users`, `get`, `pfs`), made on first call, shared after."""
+        """The nested level `name` (`users`, `get`, `pfs`), made on first call, shared after.
+
+        `prepare_args` rewrites the level's arguments before they are parsed (see `ArgumentParser`).
+        """
         if name in self._groups:
             return self._groups[name]
         help = help or SHARED_GROUPS.get(name) or name
@@ -91,6 +142,7 @@ class CommandTree:
             parents=self._parents,
             formatter_class=HelpFormatter,
             allow_abbrev=False,
+            prepare_args=prepare_args,
         )
         subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
         tree = CommandTree(subparsers, self._parents, parser)

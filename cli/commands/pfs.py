@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path, PurePath
 from typing import Any
 
 from ..client import AsyncClient
@@ -15,7 +17,7 @@ from ..flags import ArgumentParser, add_flag
 from ..output import Column, render_record, render_table
 from ..pfspaths import is_remote, relative_to, strip_slash
 from ..progress import Progress, human_size
-from ..transfer import DEFAULT_JOBS, STATE_FILE, TransferFailed, TransferReport
+from ..transfer import DEFAULT_JOBS, STATE_FILE, TransferFailed, TransferReport, has_trailing_slash
 from . import CommandTree
 
 ORDER = 40
@@ -28,11 +30,13 @@ PFS paths: /pfs/<datacenter>/home/<user>/... (your home; read-write) and
 your home); everything else there is local."""
 
 TRANSFER_NOTES = """\
-With several sources, a trailing slash on DEST (or DEST . or ..), each source is copied
-into DEST under its own name, as is a file copied to an existing directory; otherwise the
-source becomes DEST. Unlike cp, a directory copied to an existing directory DEST without a
-trailing slash is merged into it rather than nested, so that running the same command again
-resumes and skips instead of making DEST/NAME. Files already
+Placement is cp's: with several sources, a trailing slash on DEST (or DEST . or ..), or an
+existing directory DEST, each source is copied into DEST under its own name; otherwise the
+source becomes DEST. A directory given with a trailing slash (data/, or .) is rsync's: what
+it holds goes into DEST, made if missing. So `cp -r data pfs:data` makes pfs:data, and run
+again makes pfs:data/data; `cp -r data/ pfs:data` copies into pfs:data every time, which is
+how to resume or update a copy. A local DEST's missing parent directories are refused
+unless -p. Files already
 identical at the destination (same size and sha256) are skipped; a different existing file
 is an error unless --overwrite. Every transfer is verified end to end by sha256 unless
 --no-verify. An interrupted transfer resumes where it stopped when run again (uploads
@@ -106,6 +110,7 @@ async def _transfer(
         if upload:
             report = await client.upload(list(sources), dest, args.recursive, **options)
         else:
+            options["parents"] = args.parents
             report = await client.download(list(sources), dest, args.recursive, **options)
     except TransferFailed as exc:
         report, failure = exc.report, exc
@@ -129,7 +134,7 @@ async def cp(ctx: Context, args: argparse.Namespace) -> int:
         if remote_sources:
             raise UsageError(
                 f"cp: {remote_sources[0]} and {dest} are both on PFS; cp copies between this machine "
-                f"and PFS (to move or rename within PFS: paddlecloud pfs mv SRC DST)"
+                f"and PFS (to move or rename within PFS: {ctx.prog} pfs mv SRC DST)"
             )
         return await _transfer(ctx, args, upload=True, sources=sources, dest=dest)
     if not remote_sources:
@@ -149,6 +154,83 @@ async def upload(ctx: Context, args: argparse.Namespace) -> int:
 
 async def download(ctx: Context, args: argparse.Namespace) -> int:
     return await _transfer(ctx, args, upload=False, sources=args.sources, dest=args.dest)
+
+
+# --- `file SRC DEST`, the original client's form --------------------------------------------
+
+
+def under_cwd(path: str, role: str, cwd: Path | None = None) -> None:
+    """Refuse a local path that is not under the current directory, or that climbs with `..`.
+
+    `..` is refused by name, not resolved away (reject, do not sanitize); a path that leaves
+    through a symlink is refused by where it resolves to.
+    """
+    if ".." in PurePath(path).parts:
+        raise UsageError(f"file: {role} {path}: '..' is refused; {role} must be under the current directory")
+    here = (cwd or Path.cwd()).resolve()
+    resolved = (here / path).resolve()
+    if resolved != here and here not in resolved.parents:
+        raise UsageError(f"file: {role} {path} is not under the current directory ({here})")
+
+
+async def in_home(client: AsyncClient, path: str, role: str) -> str:
+    """The absolute PFS path `path` names, refused unless it is inside your home."""
+    if ".." in path.removeprefix("pfs:").split("/"):
+        raise UsageError(f"file: {role} {path}: '..' is refused; {role} must be inside your home")
+    resolved = await client.pfs_path(path)
+    home = await client.pfs_home()
+    if strip_slash(resolved) != home and not resolved.startswith(home + "/"):
+        raise UsageError(f"file: {role} {path} is not inside your home {home} (cp copies elsewhere)")
+    return resolved
+
+
+def nest(dest: str) -> str:
+    """DEST with a trailing slash: a source without one becomes a directory under DEST (rsync's rule)."""
+    return dest if dest.endswith(("/", os.sep)) else dest + "/"
+
+
+async def copy(ctx: Context, args: argparse.Namespace) -> int:
+    """`file SRC DEST`: SRC under the current directory to DEST inside your home (or back)."""
+    src: str = args.src
+    dest: str = args.dest
+    client = _client(ctx)
+    # Without a trailing slash SRC itself becomes a directory under DEST, whether DEST exists or
+    # not; with one, what SRC holds goes into DEST: rsync's rule, which `placement` follows
+    # once DEST ends in a slash.
+    target = dest if has_trailing_slash(src) else nest(dest)
+    if is_remote(src):
+        if is_remote(dest):
+            raise UsageError(f"file: {src} and {dest} are both on PFS; one side must be local")
+        await in_home(client, src, "SRC")
+        under_cwd(dest, "DEST")
+        return await _transfer(ctx, args, upload=False, sources=[src], dest=target)
+    under_cwd(src, "SRC")
+    await in_home(client, dest, "DEST")
+    return await _transfer(ctx, args, upload=True, sources=[src], dest=target)
+
+
+def original_file_form(
+    subcommands: Callable[[], Sequence[str]], takes_value: Callable[[str], bool]
+) -> Callable[[list[str]], list[str]]:
+    """`prepare_args` for `file`: `file SRC DEST` (the original's form) is `file copy SRC DEST`;
+    `file ls ...`, `file put ...` and the other subcommands are left alone.
+
+    The first word that is not a flag (nor a flag's value) decides: a subcommand's name, or
+    else SRC. A local directory named like a subcommand is given as `./ls`.
+    """
+
+    def prepare(words: list[str]) -> list[str]:
+        index = 0
+        while index < len(words):
+            word = words[index]
+            if word == "--" or not word.startswith("-"):
+                if word == "--" or word in subcommands():
+                    return words
+                return ["copy", *words]
+            index += 2 if "=" not in word and takes_value(word) else 1
+        return words
+
+    return prepare
 
 
 # --- listing and housekeeping --------------------------------------------------------------
@@ -319,6 +401,13 @@ def add_transfer_flags(parser: ArgumentParser) -> None:
         help="files to transfer at once (default: %(default)s)",
     )
     add_flag(parser, "quiet", short="-q", action="store_true", help="no progress bars or per-file lines")
+    add_flag(
+        parser,
+        "parents",
+        short="-p",
+        action="store_true",
+        help="make a local DEST's missing parent directories (on PFS they are always made)",
+    )
     add_flag(parser, "overwrite", action="store_true", help="replace destination files that differ")
     add_flag(
         parser,
@@ -441,26 +530,73 @@ def _register_mkdir(tree: CommandTree) -> None:
     add_flag(parser, "parents", short="-p", action="store_true", help="accepted for habit's sake: always on")
 
 
+FILE_EPILOG = f"""\
+examples:
+  paddlecloud file ./dataset data          # makes <home>/data/dataset
+  paddlecloud file ./dataset/ data         # what dataset holds goes into <home>/data
+  paddlecloud file pfs:output/ ./output    # and back: <home>/output's contents into ./output
+
+The original client's form: SRC must be under the current directory ('..' is refused) and
+DEST inside your home (DEST alone is <home>/DEST); a PFS SRC copies the other way, with the
+local DEST under the current directory. Always recursive. Without a trailing slash SRC
+itself becomes a directory under DEST; with one, what SRC holds goes into DEST (rsync's
+rule, whether or not DEST exists yet). Files already identical are skipped, so running it
+again resumes.
+
+{PATHS_HELP}
+"""
+
+
+def _register_copy(pfs: CommandTree) -> ArgumentParser:
+    parser = pfs.command(
+        "copy",
+        copy,
+        help="copy SRC under this directory into your home, as `file SRC DEST` (rsync's slash rule)",
+        description=(
+            "Copy a file or tree from under the current directory to DEST inside your home, or\n"
+            "back, as the original `paddlectl file SRC DEST` did. `file SRC DEST` is this command."
+        ),
+        epilog=FILE_EPILOG,
+    )
+    parser.add_argument("src", metavar="SRC", help="under the current directory (or pfs:... in your home)")
+    parser.add_argument("dest", metavar="DEST", help="inside your home (or local, under this directory)")
+    add_transfer_flags(parser)
+    parser.set_defaults(recursive=True)
+    return parser
+
+
 def register(tree: CommandTree) -> None:
+    copy_parser: ArgumentParser | None = None
+
+    def subcommands() -> Sequence[str]:
+        return pfs.names
+
+    def takes_value(flag: str) -> bool:
+        action = copy_parser._option_string_actions.get(flag) if copy_parser is not None else None
+        return action is not None and action.nargs != 0
+
     pfs = tree.group(
         "pfs",
         help="files on PFS: cp, ls, rm, mkdir, mv, stat, usage, upload, download",
         description=(
             "Files on PFS, the platform's file system that jobs read their data from and write\n"
             "their output to. `paddlecloud file ...` is the same group (with put and get, as the\n"
-            "original client had them); cp, ls, rm, mkdir, upload and download also work at\n"
-            "the top level."
+            "original client had them), and `paddlecloud file SRC DEST` is its `copy`; cp, ls,\n"
+            "rm, mkdir, upload and download also work at the top level."
         ),
         epilog=(
             "examples:\n"
             "  paddlecloud pfs cp -r ./dataset pfs:data/\n"
             "  paddlecloud pfs ls -r data\n"
             "  paddlecloud file put train.csv /pfs/datacenter1/home/alice/data/\n"
+            "  paddlecloud file ./dataset data         # <home>/data/dataset (see pfs copy --help)\n"
             "  paddlecloud pfs usage\n"
             f"\n{PATHS_HELP}\n"
         ),
         aliases=["file"],
+        prepare_args=original_file_form(subcommands, takes_value),
     )
+    copy_parser = _register_copy(pfs)
     for level in (pfs, tree):
         _register_cp(level)
         _register_ls(level)

@@ -76,7 +76,7 @@ async def server(ctx: Context, args: argparse.Namespace) -> int:
         port=args.port,
         base_config=Path(args.server_config) if args.server_config else None,
         datacenter=args.datacenter_name,
-        log=lambda line: print(f"paddlecloud server: {line}", file=ctx.stderr, flush=True),
+        log=lambda line: print(f"{ctx.prog} server: {line}", file=ctx.stderr, flush=True),
     )
     try:
         new_password = platform.prepare()

@@ -104,18 +104,19 @@ def test_a_tree_goes_up_is_listed_is_skipped_when_identical_and_comes_back(serve
     assert table.splitlines()[0].split() == ["TYPE", "SIZE", "MODIFIED", "PATH"]
     assert any(line.startswith("file") and line.endswith("a/b/c/deep.bin") for line in table.splitlines())
 
-    # The same command again: nothing is sent, and the output says why.
-    again = ok(run_cli(server, "cp", "-r", str(tree), "pfs:data/dataset"))
+    # Again into the same place (a trailing slash: what the tree holds, as rsync's): nothing is
+    # sent, and the output says why.
+    again = ok(run_cli(server, "cp", "-r", f"{tree}/", "pfs:data/dataset"))
     assert "uploaded 0 files (0 B)" in again and "5 already identical" in again
     assert "skipped dataset/top.txt: already identical" in again
     # One changed file is refused without --overwrite, naming it, and sent with it.
     (tree / "a" / "b" / "c" / "twin.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 5))
-    refused = run_cli(server, "cp", "-r", str(tree), "pfs:data/dataset")
+    refused = run_cli(server, "cp", "-r", f"{tree}/", "pfs:data/dataset")
     assert refused.returncode == 1
     assert f"{HOME}/data/dataset/a/b/c/twin.bin exists and differs" in refused.stderr
     assert "4 already identical, 1 failed" in refused.stdout
     files["a/b/c/twin.bin"] = (tree / "a" / "b" / "c" / "twin.bin").read_bytes()
-    replaced = ok(run_cli(server, "cp", "-r", "--overwrite", str(tree), "pfs:data/dataset"))
+    replaced = ok(run_cli(server, "cp", "-r", "--overwrite", f"{tree}/", "pfs:data/dataset"))
     assert "uploaded 1 file" in replaced and "4 already identical" in replaced
 
     # Back down, Go-style flags, into a directory that does not exist yet.
@@ -127,7 +128,7 @@ def test_a_tree_goes_up_is_listed_is_skipped_when_identical_and_comes_back(serve
     for name, data in files.items():
         assert (back / name).read_bytes() == data
     assert (back / "a" / "nothing").is_dir() and not list(back.rglob(f"*{PART_SUFFIX}"))
-    assert "5 already identical" in ok(run_cli(server, "cp", "-r", f"{HOME}/data/dataset", str(back)))
+    assert "5 already identical" in ok(run_cli(server, "cp", "-r", f"{HOME}/data/dataset/", str(back)))
 
     # The other file commands, on what is there now.
     record = json.loads(
@@ -181,7 +182,7 @@ def test_interrupted_transfers_resume_without_resending(server_factory, tmp_path
     # The download stops after three chunks' worth of bytes reached the part file.
     dest = tmp_path / "down" / "big.bin"
     part = dest.with_name(dest.name + PART_SUFFIX)
-    stopped = run_cli(server, "cp", "pfs:big.bin", str(dest), exit_after=3)
+    stopped = run_cli(server, "cp", "-p", "pfs:big.bin", str(dest), exit_after=3)  # -p: makes down/
     assert stopped.returncode == exit_after_chunks.EXIT_STATUS, stopped.stderr
     kept = part.stat().st_size
     assert 3 * CHUNK_SIZE <= kept < BIG and not dest.exists()
@@ -215,7 +216,8 @@ def test_mistakes_get_one_line_and_a_non_zero_exit(server_factory, tmp_path) -> 
     assert "is a directory (use -r" in one_error_line(run_cli(server, "cp", str(tmp_path), "pfs:t"), 1)
     assert "no such file" in one_error_line(run_cli(server, "ls", "nothing/here"), 1).lower()
 
-    # argparse prints its usage first; the error itself is still one line, and the exit status 2.
+    # argparse prints the command's usage first; the error itself is still one line, and the
+    # exit status 2. Nothing is like --bogus, so nothing is suggested.
     unknown = run_cli(server, "cp", "--bogus", str(local), "pfs:x")
-    assert unknown.returncode == 2
-    assert unknown.stderr.strip().splitlines()[-1] == "paddlecloud: error: unrecognized arguments: --bogus"
+    assert unknown.returncode == 2 and unknown.stderr.startswith("usage: paddlecloud cp ")
+    assert unknown.stderr.strip().splitlines()[-1] == "paddlecloud cp: error: unrecognized arguments: --bogus"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import io
+from pathlib import Path
 
 import pytest
 
 from paddlecloud.flags import ArgumentParser, add_flag
-from paddlecloud.main import build_parser
+from paddlecloud.main import build_parser, main
 
 
 def throwaway_parser() -> ArgumentParser:
@@ -78,3 +80,78 @@ def test_every_command_group_is_discovered() -> None:
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert {"login", "logout", "whoami", "version", "users", "get", "config"} <= set(commands.choices)
+
+
+def run(argv: list[str], tmp_path: Path, prog: str = "paddlecloud") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, env={"HOME": str(tmp_path)}, stdout=out, stderr=err, stdin=io.StringIO(), prog=prog)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "hint"),
+    [
+        (["submit", "--jobnme", "x", "."], "usage: paddlectl submit ", "did you mean --jobname?"),
+        (["get", "jobs", "--stat", "FAILED"], "usage: paddlectl get jobs ", "did you mean --state?"),
+        (["cp", "-recursiv", "a", "pfs:b"], "usage: paddlectl cp ", "did you mean -recursive?"),
+        (["users", "quota", "bob", "-cpus", "2"], "usage: paddlectl users quota ", "did you mean -cpu?"),
+    ],
+)
+def test_an_unknown_flag_gets_the_subcommands_usage_and_the_closest_spelling(
+    argv: list[str], usage: str, hint: str, tmp_path: Path
+) -> None:
+    code, out, err = run(argv, tmp_path, prog="paddlectl")
+    assert code == 2 and out == ""
+    assert err.startswith(usage), err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(usage.removeprefix("usage: ").strip() + ": error: unrecognized arguments: ")
+    assert last.endswith(hint), last
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"), [(["submti", "."], "did you mean submit?"), (["get", "quotas"], "did you mean quota?")]
+)
+def test_a_misspelt_command_names_the_closest_one(argv: list[str], hint: str, tmp_path: Path) -> None:
+    code, _, err = run(argv, tmp_path)
+    assert code == 2 and err.strip().endswith(hint), err
+
+
+def test_help_commands_and_flags_work_as_the_original_help_screen_lists_them(tmp_path: Path) -> None:
+    code, out, _ = run(["help"], tmp_path, prog="paddlectl")
+    assert code == 0 and out.startswith("usage: paddlectl ")
+    assert all(f"\n    {name} " in out for name in ("help", "commands", "flags"))
+    code, out, _ = run(["help", "submit"], tmp_path, prog="paddlectl")
+    assert code == 0 and out.startswith("usage: paddlectl submit ") and "-jobname" in out
+    code, out, _ = run(["help", "get", "jobs"], tmp_path)
+    assert code == 0 and out.startswith("usage: paddlecloud get jobs ")
+    code, out, err = run(["help", "subimt"], tmp_path)
+    assert code == 2 and out == "" and "no command 'subimt'; did you mean submit?" in err
+    assert len(err.strip().splitlines()) == 1
+
+    code, out, _ = run(["commands"], tmp_path)
+    names = out.split()
+    verbs = {"submit", "train", "jobs", "list", "status", "cancel", "upload", "download"}
+    assert code == 0 and verbs <= set(names)
+    assert names.index("submit") < names.index("help")
+    code, out, _ = run(["commands", "get"], tmp_path)
+    assert code == 0 and out.split() == ["jobs", "job", "workers", "quota", "registry", "registries", "users"]
+
+    code, out, _ = run(["flags"], tmp_path, prog="paddlectl")
+    assert code == 0 and "-datacenter, --datacenter NAME" in out and "-o, -output, --output FORMAT" in out
+    assert "-jobname" not in out  # a command's own flags are `flags COMMAND`'s
+    code, out, _ = run(["flags", "submit"], tmp_path)
+    assert code == 0 and "-jobname, --jobname, --job-name, -name, --name NAME" in out
+
+
+def test_help_examples_name_the_program_as_it_was_run(tmp_path: Path) -> None:
+    for argv in (["--help"], ["cp", "--help"], ["submit", "--help"], ["help", "users", "create"]):
+        code, out, _ = run(argv, tmp_path, prog="paddlectl")
+        assert code == 0 and "  paddlectl " in out and "paddlecloud " not in out
+        assert ".paddlecloud" in out or argv[0] != "submit"  # a path keeps its name
+    code, out, _ = run(["cp", "--help"], tmp_path)
+    assert "  paddlecloud cp " in out and "paddlectl" not in out
+
+
+def test_a_message_that_suggests_a_command_names_the_program_as_it_was_run(tmp_path: Path) -> None:
+    code, _, err = run(["get", "jobs"], tmp_path / "nowhere", prog="paddlectl")
+    assert code == 4 and "paddlectl config add" in err and "paddlecloud config" not in err

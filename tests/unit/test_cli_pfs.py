@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import pty
+import select
 import stat
+import struct
+import termios
 from pathlib import Path
 
 import pytest
 
 from paddlecloud import pfspaths
-from paddlecloud.commands.pfs import ls_table
+from paddlecloud.commands.pfs import ls_table, under_cwd
+from paddlecloud.context import UsageError
 from paddlecloud.main import EXIT_USAGE, build_parser, main
 from paddlecloud.pfspaths import PfsPathError
-from paddlecloud.progress import Progress, human_size, summary_text
+from paddlecloud.progress import FALLBACK_COLUMNS, Progress, human_size, summary_text, terminal_shape
 from paddlecloud.transfer import (
+    DEFAULT_JOBS,
     STATE_MAX_AGE,
     FileResult,
     ResumeState,
@@ -26,7 +33,8 @@ from paddlecloud.transfer import (
     chunk_checksum,
     download_target,
     encode_metadata,
-    goes_into,
+    has_trailing_slash,
+    placement,
     skip_decision,
     upload_target,
 )
@@ -102,23 +110,33 @@ def test_path_helpers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("dest", "several", "dest_is_dir", "source_is_dir", "into"),
+    ("source", "dest", "several", "dest_is_dir", "source_is_dir", "where"),
     [
-        ("pfs:data/", False, False, True, True),  # a trailing slash: into, made if missing
-        ("pfs:data", True, False, False, True),  # several sources
-        (".", False, True, True, True),
-        ("..", False, True, False, True),
-        ("out/.", False, True, True, True),
-        ("pfs:data", False, True, False, True),  # a file onto a directory: into
-        ("pfs:data", False, False, False, False),  # a file becomes dest
-        ("pfs:data", False, False, True, False),  # a directory becomes dest...
-        ("pfs:data", False, True, True, False),  # ...and merges into it the second time, never data/data
+        ("data", "pfs:out/", False, False, True, "into"),  # a trailing slash on DEST: into, made if missing
+        ("a.txt", "pfs:out", True, False, False, "into"),  # several sources
+        ("data", ".", False, True, True, "into"),
+        ("a.txt", "..", False, True, False, "into"),
+        ("data", "out/.", False, True, True, "into"),
+        ("a.txt", "pfs:out", False, True, False, "into"),  # a file onto a directory: into
+        ("a.txt", "pfs:out", False, False, False, "as"),  # a file becomes dest
+        ("data", "pfs:out", False, False, True, "as"),  # a directory becomes dest the first time...
+        ("data", "pfs:out", False, True, True, "into"),  # ...and nests the second, as cp does
+        ("data/", "pfs:out", False, True, True, "contents"),  # unless the source ends in a slash
+        ("data/", "pfs:out", False, False, True, "contents"),
+        ("data/", "pfs:out/", True, True, True, "contents"),
+        (".", "pfs:out", False, True, True, "contents"),  # `.` is `./`
+        ("/pfs/dc1/home/alice/data/", "out", False, True, True, "contents"),
+        ("a.txt/", "pfs:out", False, True, False, "into"),  # a file: refused before this is asked
     ],
 )
-def test_placement_is_the_same_on_every_run(
-    dest: str, several: bool, dest_is_dir: bool, source_is_dir: bool, into: bool
+def test_placement_is_cps_with_rsyncs_trailing_slash(
+    source: str, dest: str, several: bool, dest_is_dir: bool, source_is_dir: bool, where: str
 ) -> None:
-    assert goes_into(dest, several=several, dest_is_dir=dest_is_dir, source_is_dir=source_is_dir) is into
+    assert has_trailing_slash(source) is (source.endswith("/") or source == ".")
+    assert (
+        placement(source, dest, several=several, dest_is_dir=dest_is_dir, source_is_dir=source_is_dir)
+        == where
+    )
 
 
 def test_targets(tmp_path: Path) -> None:
@@ -299,6 +317,49 @@ def test_progress_bars_draw_on_stderr_only() -> None:
     assert "a.bin" in err.getvalue() and "%" not in out.getvalue()
 
 
+def _drawn_on_a_terminal(columns: int, rows: int) -> str:
+    """What a Progress draws on a pseudo-terminal that reports `columns` x `rows`."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    terminal = os.fdopen(slave, "w", encoding="utf-8", closefd=True)
+    try:
+        progress = Progress(stdout=io.StringIO(), stderr=terminal, bars=True, lines=False)
+        progress.expect(1000)
+        bar = progress.file("data/a.bin", 1000)
+        bar.update(500)
+        bar.close()
+        progress.close()
+        terminal.flush()
+        drawn = b""
+        while select.select([master], [], [], 0.2)[0]:
+            drawn += os.read(master, 65536)
+    finally:
+        terminal.close()
+        os.close(master)
+    return drawn.decode("utf-8", "replace")
+
+
+def test_progress_bars_show_on_a_terminal_that_reports_no_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+    # A terminal of 0x0 (a serial console, some containers): tqdm alone draws numbers, no bar.
+    drawn = _drawn_on_a_terminal(0, 0)
+    assert "data/a.bin:   0%|" in drawn and "| 0.00/0.98k" in drawn, drawn
+    widest = max(len(line) for line in drawn.replace("\r", "\n").splitlines())
+    assert widest <= FALLBACK_COLUMNS + len("\x1b[A")
+    # A terminal that reports its width keeps it.
+    narrow = _drawn_on_a_terminal(50, 10)
+    assert "data/a.bin:   0%|" in narrow
+    assert max(len(line) for line in narrow.replace("\x1b[A", "").replace("\r", "\n").splitlines()) <= 50
+
+
+def test_terminal_shape_falls_back_to_the_environment_then_80x24(tmp_path: Path) -> None:
+    with open(tmp_path / "f", "w") as not_a_terminal:
+        assert terminal_shape(not_a_terminal, {}) == (80, 24)
+        assert terminal_shape(not_a_terminal, {"COLUMNS": "132", "LINES": "0"}) == (132, 24)
+    assert terminal_shape(io.StringIO(), {"COLUMNS": "x"}) == (80, 24)
+
+
 def test_ls_table_shows_type_size_time_and_relative_paths() -> None:
     answer = {
         "path": f"{HOME}/data",
@@ -431,3 +492,48 @@ def test_help_shows_examples_and_the_path_rules(tmp_path: Path) -> None:
     for argv in (["cp", "--help"], ["pfs", "--help"], ["file", "--help"], ["ls", "--help"]):
         code, out, _ = run(argv, tmp_path)
         assert code == 0 and "examples:" in out and "/pfs/<datacenter>/home/<user>" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "src", "dest", "jobs", "quiet"),
+    [
+        (["file", "src", "dest"], "src", "dest", DEFAULT_JOBS, False),
+        (["file", "src/", "pfs:dest"], "src/", "pfs:dest", DEFAULT_JOBS, False),
+        (["file", "-q", "-j", "2", "src", "dest"], "src", "dest", 2, True),
+        (["file", "--jobs=3", "src", "dest", "-o", "json"], "src", "dest", 3, False),
+        (["-o", "json", "file", "-jobs", "3", "./ls", "dest"], "./ls", "dest", 3, False),
+        (["pfs", "copy", "src", "dest"], "src", "dest", DEFAULT_JOBS, False),
+    ],
+)
+def test_file_src_dest_is_the_original_form_of_pfs_copy(
+    argv: list[str], src: str, dest: str, jobs: int, quiet: bool
+) -> None:
+    args = build_parser().parse_args(argv)
+    assert args.handler.__name__ == "copy"
+    assert (args.src, args.dest, args.jobs, args.quiet, args.recursive) == (src, dest, jobs, quiet, True)
+
+
+@pytest.mark.parametrize(
+    ("argv", "handler"),
+    [(["file", "ls"], "ls"), (["file", "put", "a", "b"], "upload"), (["file", "-o", "json", "ls"], "ls")],
+)
+def test_file_with_a_subcommand_is_still_that_subcommand(argv: list[str], handler: str) -> None:
+    assert build_parser().parse_args(argv).handler.__name__ == handler
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("../x", "'..' is refused"),
+        ("a/../../x", "'..' is refused"),
+        ("/etc", "is not under the current directory"),
+        ("escape", "is not under the current directory"),  # a symlink leading out
+    ],
+)
+def test_file_src_must_be_under_the_current_directory(path: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / "here").mkdir()
+    os.symlink("/etc", tmp_path / "here" / "escape")
+    with pytest.raises(UsageError, match=message):
+        under_cwd(path, "SRC", tmp_path / "here")
+    for fine in (".", "./", "data", "data/", str(tmp_path / "here" / "data")):
+        under_cwd(fine, "SRC", tmp_path / "here")

@@ -264,14 +264,18 @@ async def test_a_tree_goes_up_then_is_skipped_as_identical_then_comes_back(rig: 
     assert (rig.pfs.root / "home/alice/data/empty").is_dir()
     assert json.loads(rig.state.path.read_text())["uploads"] == {}  # finished uploads are forgotten
 
-    again = await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    # Again into the same place: the source's trailing slash says "what it holds", as rsync's.
+    again = await rig.transfers().upload([f"{source}/"], f"{HOME}/data", recursive=True)
     assert again.identical == 4 and not again.transferred
     assert "4 already identical" in again.summary()
     assert "skipped tree/top.txt: already identical" in rig.out.getvalue()
 
-    # A trailing slash (or an existing directory) puts the tree inside, under its own name.
+    # Without it, an existing directory is copied into, under the source's own name, as cp does;
+    # and so is a DEST with a trailing slash.
+    nested = await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    assert len(nested.transferred) == 4 and (rig.pfs.root / "home/alice/data/tree/a/b/deep.bin").exists()
     into = await rig.transfers().upload([source], f"{HOME}/data/", recursive=True)
-    assert len(into.transferred) == 4 and (rig.pfs.root / "home/alice/data/tree/a/b/deep.bin").exists()
+    assert into.identical == 4 and not into.transferred
 
     back = tmp_path / "back"
     down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
@@ -279,8 +283,35 @@ async def test_a_tree_goes_up_then_is_skipped_as_identical_then_comes_back(rig: 
     for name, data in files.items():
         assert (back / name).read_bytes() == data
     assert (back / "empty").is_dir() and not list(back.rglob(f"*{PART_SUFFIX}"))
-    again_down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
+    again_down = await rig.transfers().download([f"{HOME}/data/"], back, recursive=True)
     assert again_down.identical == 8 and not again_down.transferred
+    nested_down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
+    assert len(nested_down.transferred) == 8 and (back / "data" / "tree" / "top.txt").exists()
+
+
+async def test_a_second_run_that_nests_says_how_to_copy_into_the_same_place(rig: Rig, tmp_path: Path) -> None:
+    source = tmp_path / "data"
+    make_tree(source)
+    await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    assert (rig.pfs.root / "home/alice/data/data/top.txt").exists()
+    assert f"{HOME}/data exists: copying data into it, as {HOME}/data/data" in rig.out.getvalue()
+    assert "end the source with a slash: data/" in rig.out.getvalue()
+    back = tmp_path / "back" / "data"
+    back.mkdir(parents=True)
+    await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
+    assert (
+        back / "data" / "top.txt"
+    ).exists() and f"{back} exists: copying data into it" in rig.out.getvalue()
+
+
+async def test_a_trailing_slash_on_a_file_is_refused(rig: Rig, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"a")
+    with pytest.raises(TransferError, match=r"a\.txt/: not a directory"):
+        await rig.transfers().upload([f"{tmp_path}/a.txt/"], f"{HOME}/x", recursive=True)
+    (rig.pfs.root / "home/alice/b.txt").write_bytes(b"b")
+    with pytest.raises(TransferError, match=r"b\.txt/: not a directory"):
+        await rig.transfers().download([f"{HOME}/b.txt/"], tmp_path / "b", recursive=True)
 
 
 async def test_an_interrupted_upload_resumes_without_resending_acknowledged_bytes(
@@ -388,12 +419,40 @@ async def test_a_different_file_at_the_destination_needs_overwrite(rig: Rig, tmp
         await rig.transfers().download([f"{HOME}/b.txt"], tmp_path / "b.txt")
 
 
+async def test_a_download_without_parents_refuses_a_missing_local_directory_and_makes_nothing(
+    rig: Rig, tmp_path: Path
+) -> None:
+    (rig.pfs.root / "home/alice/f.txt").write_bytes(b"data")
+    (rig.pfs.root / "home/alice/tree/sub").mkdir(parents=True)
+    (rig.pfs.root / "home/alice/tree/sub/g.txt").write_bytes(b"g")
+    missing = tmp_path / "nonexistent" / "dir"
+    for source, dest, recursive in (
+        (f"{HOME}/f.txt", missing / "x.txt", False),
+        (f"{HOME}/f.txt", f"{missing}/", False),
+        (f"{HOME}/tree", missing / "tree", True),
+    ):
+        with pytest.raises(
+            TransferError, match=r"the directory .*nonexistent.* does not exist \(-p makes it\)"
+        ):
+            await rig.transfers(parents=False).download([source], dest, recursive=recursive)
+    assert not (tmp_path / "nonexistent").exists()
+    (tmp_path / "plain").write_bytes(b"")
+    with pytest.raises(TransferError, match=r"plain is not a directory"):
+        await rig.transfers(parents=False).download([f"{HOME}/f.txt"], tmp_path / "plain" / "x.txt")
+
+    # The destination itself is still made when its parent is there; -p makes the rest.
+    await rig.transfers(parents=False).download([f"{HOME}/f.txt"], f"{tmp_path}/new/")
+    assert (tmp_path / "new" / "f.txt").read_bytes() == b"data"
+    await rig.transfers(parents=True).download([f"{HOME}/f.txt"], missing / "x.txt")
+    assert (missing / "x.txt").read_bytes() == b"data"
+
+
 async def test_tree_failures_are_reported_per_file_and_the_rest_goes_on(rig: Rig, tmp_path: Path) -> None:
     source = tmp_path / "tree"
     make_tree(source)
     (rig.pfs.root / "home/alice/data/a").mkdir(parents=True)
     (rig.pfs.root / "home/alice/data/a/mid.bin").write_bytes(b"something else")
-    report = await rig.transfers().upload([source], f"{HOME}/data", recursive=True)
+    report = await rig.transfers().upload([f"{source}/"], f"{HOME}/data", recursive=True)
     assert report.failed == 1 and len(report.transferred) == 3
     assert rig.err.getvalue().count("\n") == 1 and "mid.bin exists and differs" in rig.err.getvalue()
 

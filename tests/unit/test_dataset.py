@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from paddlecloud import dataset
+from paddlecloud import dataset, recordio
 from paddlecloud.recordio import Reader
 
 
@@ -79,7 +79,12 @@ def test_bad_arguments_are_refused() -> None:
 
 def test_convert_writes_readable_recordio(tmp_path: Path) -> None:
     paths = dataset.convert(tmp_path, samples(25), 10, "mnist-train")
-    assert [Path(p).name for p in paths] == ["mnist-train-00000", "mnist-train-00001", "mnist-train-00002"]
+    assert [Path(p).name for p in paths] == [
+        "mnist-train-00000-of-00003",
+        "mnist-train-00001-of-00003",
+        "mnist-train-00002-of-00003",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [Path(p).name for p in paths]  # nothing else
     with Reader(paths[0]) as r:
         first = [unpickle(record) for record in r]
     assert sorted(first) == [(i, f"sample-{i}") for i in range(10)]
@@ -96,3 +101,54 @@ def test_convert_without_shuffle_keeps_order(tmp_path: Path) -> None:
     (path,) = dataset.convert(str(tmp_path), samples(4), 10, "x", shuffle=False)
     with Reader(path) as r:
         assert [unpickle(rec)[0] for rec in r] == [0, 1, 2, 3]
+
+
+def test_the_original_docs_shards_and_reader(tmp_path: Path) -> None:
+    """As the original docs show a data set: `<prefix>-00000-of-00009`, read back with
+    `recordio.reader(glob)` whose `read()` is None at the end, and dealt with `train_id`."""
+    paths = dataset.convert(tmp_path, samples(45), 5, "uci_housing_train")
+    assert Path(paths[0]).name == "uci_housing_train-00000-of-00009"
+    assert Path(paths[-1]).name == "uci_housing_train-00008-of-00009"
+    r = recordio.reader(str(tmp_path / "uci_housing_train-*"))
+    read = []
+    while True:
+        record = r.read()
+        if not record:
+            break
+        read.append(unpickle(record))
+    r.close()
+    assert r.read() is None and Counter(read) == Counter(samples(45)())
+    shares = [
+        list(
+            dataset.cluster_files_reader(
+                str(tmp_path / "uci_housing_train-*"), 3, train_id=t, loader=dataset.load_recordio
+            )()
+        )
+        for t in range(3)
+    ]
+    assert [len(share) for share in shares] == [15, 15, 15]
+    assert Counter(x for share in shares for x in share) == Counter(samples(45)())
+
+
+def test_train_id_is_trainer_id(tmp_path: Path) -> None:
+    dataset.split(samples(6), 1, suffix=str(tmp_path / "%05d.pickle"))
+    pattern = str(tmp_path / "*.pickle")
+    assert list(dataset.cluster_files_reader(pattern, 3, train_id=1)()) == list(
+        dataset.cluster_files_reader(pattern, 3, 1)()
+    )
+    assert list(dataset.cluster_files_reader(pattern, 3, 1, train_id=1)()) == [
+        (1, "sample-1"),
+        (4, "sample-4"),
+    ]
+    with pytest.raises(TypeError, match="disagree"):
+        dataset.cluster_files_reader(pattern, 3, 0, train_id=1)
+
+
+def test_a_conversion_that_fails_leaves_no_shard(tmp_path: Path) -> None:
+    def broken() -> Iterator[int]:
+        yield from range(7)
+        raise OSError("the source went away")
+
+    with pytest.raises(OSError, match="went away"):
+        dataset.convert(tmp_path, broken, 3, "part")
+    assert list(tmp_path.iterdir()) == []

@@ -264,3 +264,27 @@ def test_index_detects_truncation_and_bad_magic_without_reading_payloads() -> No
 def test_stream_without_a_name_says_so() -> None:
     err = error_of(b"\x01\x02")
     assert str(err) == "RecordIO stream: chunk at byte offset 0: truncated chunk header: 2 of 20 bytes"
+
+
+def test_the_original_bindings_reader_and_writer(tmp_path: Path) -> None:
+    """As the original docs use them: `writer(path).write(...)`, `reader(glob).read()` until None."""
+    for name, records in (("record_0", ["1", "2", ""]), ("record_1", [b"3", b"4"])):
+        w = recordio.writer(str(tmp_path / name))
+        for record in records:
+            w.write(record)
+        w.close()
+    r = recordio.reader(str(tmp_path / "record_*"))
+    got = []
+    while True:
+        record = r.read()
+        if record is None:
+            break
+        got.append(record)
+    r.close()
+    assert got == [b"1", b"2", b"", b"3", b"4"]  # an empty record is b"", the end is None
+    assert r.read() is None
+    both = f"{tmp_path / 'record_1'},{tmp_path / 'record_0'}"  # comma-separated, in the order given
+    with recordio.reader(both) as r:
+        assert list(r) == [b"3", b"4", b"1", b"2", b""]
+    with pytest.raises(FileNotFoundError, match="no RecordIO file matches"):
+        recordio.reader(str(tmp_path / "nothing-*"))
