@@ -203,6 +203,13 @@ def test_a_jobs_service_killed_mid_job_records_the_right_end(
     kube.script = script(trainer=lambda pod: PodScript(lines=["working"], run_seconds=4))
     submit(server, tmp_path, "survivor", "--pservers", "1", "--trainers", "2")
     wait_for_state(server, "survivor", ("RUNNING",))
+    workers = {
+        w["name"]: w for w in as_json(run_cli(server, "-o", "json", "get", "workers", "survivor"))["workers"]
+    }
+    assert set(workers) == {"pserver-0", "trainer-0", "trainer-1"}
+    for name, worker in workers.items():
+        assert worker["role"] == name.split("-")[0].upper() and worker["index"] == int(name[-1])
+        assert worker["state"] == "RUNNING" and worker["host"].startswith("node-") and worker["started_at"]
     jobs = server.services()["jobs"]
     jobs.send_signal(signal.SIGKILL)
     jobs.wait(timeout=10)
