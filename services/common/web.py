@@ -78,8 +78,7 @@ def _observe(request: web.Request, status: int, elapsed: float) -> None:
         return
     info = request.match_info.route.resource
     route = info.canonical if info is not None else "unmatched"
-    metrics.requests.labels(request.method, route, str(status)).inc()
-    metrics.duration.labels(request.method, route).observe(elapsed)
+    metrics.observe(request.method, route, status, elapsed)
 
 
 @web.middleware
@@ -210,6 +209,19 @@ class _Metrics:
             ["method", "route"],
             registry=registry,
         )
+        # labels() takes a lock and builds a key per call; a request's pair of children is
+        # looked up once per (method, route, status) instead. As many entries as the
+        # registry's own label sets.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, route: str, status: int, elapsed: float) -> None:
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(method, route, str(status)), self.duration.labels(method, route))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(elapsed)
 
 
 _METRICS = web.AppKey("http_metrics", _Metrics)

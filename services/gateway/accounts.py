@@ -57,7 +57,8 @@ class Accounts:
         # Verified against when the user does not exist, so that a missing user and a
         # wrong password take the same time; made on first need, off the event loop.
         self._dummy_hash: str | None = None
-        self._sessions: OrderedDict[str, tuple[float, Session]] = OrderedDict()
+        # token hash -> (fresh until, on the monotonic clock; expiry, as a POSIX time; session)
+        self._sessions: OrderedDict[str, tuple[float, float, Session]] = OrderedDict()
 
     async def hash_password(self, password: str) -> str:
         # argon2 is deliberately slow (tens of ms); keep it off the event loop.
@@ -94,8 +95,8 @@ class Accounts:
         token_hash = hash_token(token)
         cached = self._sessions.get(token_hash)
         if cached is not None:
-            fresh_until, session = cached
-            if time.monotonic() < fresh_until and session.expires_at > utcnow():
+            fresh_until, expires, session = cached
+            if time.monotonic() < fresh_until and time.time() < expires:
                 self._sessions.move_to_end(token_hash)
                 return session
             del self._sessions[token_hash]
@@ -106,7 +107,8 @@ class Accounts:
         if user is None:
             return None
         session = Session(Identity(user.name, user.admin), token_hash, record.expires_at)
-        self._sessions[token_hash] = (time.monotonic() + SESSION_CACHE_SECONDS, session)
+        fresh_until = time.monotonic() + SESSION_CACHE_SECONDS
+        self._sessions[token_hash] = (fresh_until, record.expires_at.timestamp(), session)
         if len(self._sessions) > SESSION_CACHE_SIZE:
             self._sessions.popitem(last=False)
         return session
@@ -120,14 +122,14 @@ class Accounts:
 
     async def revoke_user(self, name: str) -> None:
         """End every session of the user: cached ones here, and their tokens in the store."""
-        for token_hash, (_, session) in list(self._sessions.items()):
+        for token_hash, (_, _, session) in list(self._sessions.items()):
             if session.identity.user == name:
                 del self._sessions[token_hash]
         await self._store.delete_tokens_of(name)
 
     async def delete_user(self, name: str) -> bool:
         """Remove a user and end their sessions; False if there was no such user."""
-        for token_hash, (_, session) in list(self._sessions.items()):
+        for token_hash, (_, _, session) in list(self._sessions.items()):
             if session.identity.user == name:
                 del self._sessions[token_hash]
         deleted = await self._store.delete_user(name)

@@ -72,7 +72,9 @@ class Upstream:
         )
 
     def _request_headers(self, request: web.Request) -> CIMultiDict[str]:
-        drop = _DROP_REQUEST | _listed_in_connection(request.headers)
+        drop = _DROP_REQUEST
+        if "Connection" in request.headers:
+            drop = drop | _listed_in_connection(request.headers)
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in drop)
         request_id = request[REQUEST_ID]
         headers[REQUEST_ID_HEADER] = request_id
