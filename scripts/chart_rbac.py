@@ -11,6 +11,7 @@ it needs. tests/unit/test_helm_chart.py runs the check and compares the rendered
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -22,14 +23,29 @@ RBAC_DIR = Path(__file__).resolve().parent.parent / "charts" / "paddlecloud" / "
 HEADER = "# Written by scripts/chart_rbac.py from {source}: do not edit (make chart-rbac).\n"
 
 
+def builder_rules() -> list[dict[str, object]] | None:
+    """The kaniko builder's Role rules, where this checkout's builder declares them."""
+    try:
+        module = importlib.import_module("paddlecloud.builder.rbac")
+    except ImportError:
+        return None
+    rules: list[dict[str, object]] = module.policy_rules()
+    return rules
+
+
 def expected() -> dict[Path, str]:
     """Each file's text, as the code's lists give it."""
-    source = "services/jobs/kube/rbac.py"
-    return {
-        RBAC_DIR / f"jobs-{mode}.yaml": HEADER.format(source=source)
+    files = {
+        RBAC_DIR / f"jobs-{mode}.yaml": HEADER.format(source="services/jobs/kube/rbac.py")
         + yaml.safe_dump(rbac.policy_rules(mode), sort_keys=False)
         for mode in ("per-user", "shared")
     }
+    rules = builder_rules()
+    if rules is not None:
+        files[RBAC_DIR / "builder-kaniko.yaml"] = HEADER.format(
+            source="services/builder/rbac.py"
+        ) + yaml.safe_dump(rules, sort_keys=False)
+    return files
 
 
 def main(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,7 +30,11 @@ from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "paddlecloud"
 HELM = Path(sys.executable).parent / "helm"
-VALUES_SETS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+# The kaniko builder's set renders where the builder declares its rights (its own branch).
+KANIKO = importlib.util.find_spec("paddlecloud.builder.rbac") is not None
+VALUES_SETS = sorted(
+    p.name for p in (CHART / "ci").glob("*-values.yaml") if KANIKO or p.name != "kaniko-values.yaml"
+)
 SETS = [None, *VALUES_SETS]  # None: the chart's defaults
 SERVICES = ("gateway", "jobs", "pfs", "builder")
 RELEASE = "pc"
@@ -127,7 +132,8 @@ def test_every_pod_is_restricted_and_probed(values: str | None) -> None:
             assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
             assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
             # Only the services that call the API server hold a token.
-            assert pod["automountServiceAccountToken"] is (service == "jobs"), name
+            kaniko = service == "builder" and values == "kaniko-values.yaml"
+            assert pod["automountServiceAccountToken"] is (service == "jobs" or kaniko), name
             assert pod["serviceAccountName"] == name
 
 
@@ -196,7 +202,11 @@ def test_the_services_load_the_rendered_config(values: str | None, tmp_path: Pat
     if not loadable(values):
         pytest.skip("this checkout's builder has no kaniko backend")
     path = tmp_path / "paddlecloud.yaml"
-    path.write_text(config_text(objects))
+    text = config_text(objects)
+    if "auth_file" in text:  # the push Secret's file, mounted in the builder's pod
+        (tmp_path / "config.json").write_text('{"auths": {}}')
+        text = text.replace("/etc/paddlecloud/registry/config.json", str(tmp_path / "config.json"))
+    path.write_text(text)
     config = load_config(path, env={})
     assert config.jobs.backend == "kubernetes"
     assert config.jobs.kubernetes.kubeconfig == "in-cluster"
@@ -341,6 +351,29 @@ def test_shared_mode_has_only_a_role_in_the_jobs_namespace() -> None:
     assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding")
 
 
+@pytest.mark.skipif(not KANIKO, reason="this checkout's builder has no kaniko backend")
+def test_the_kaniko_builder_gets_the_role_its_code_declares() -> None:
+    from paddlecloud.builder import rbac as builder_rbac  # type: ignore[attr-defined, unused-ignore]
+
+    objects = render("kaniko-values.yaml")
+    role = one(objects, "Role", f"{RELEASE}-paddlecloud-builder")
+    assert role["metadata"]["namespace"] == "paddlecloud-builds"
+    assert role["rules"] == builder_rbac.policy_rules()
+    binding = one(objects, "RoleBinding", f"{RELEASE}-paddlecloud-builder")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-builder", "namespace": NAMESPACE}
+    ]
+
+
+def test_without_the_builders_rights_the_kaniko_backend_is_refused() -> None:
+    if KANIKO:
+        pytest.skip("this checkout's builder declares its rights")
+    result = helm(
+        "template", RELEASE, str(CHART), "-f", str(CHART / "ci" / "kaniko-values.yaml"), check=False
+    )
+    assert result.returncode != 0 and "no rights for the kaniko builder" in result.stderr
+
+
 @pytest.mark.parametrize("values", SETS)
 def test_least_privilege(values: str | None) -> None:
     objects = render(values)
@@ -356,7 +389,8 @@ def test_least_privilege(values: str | None) -> None:
         for b in find(objects, kind)
         for s in b["subjects"]
     }
-    assert bound == {f"{RELEASE}-paddlecloud-jobs"}
+    builder = {f"{RELEASE}-paddlecloud-builder"} if values == "kaniko-values.yaml" else set()
+    assert bound == {f"{RELEASE}-paddlecloud-jobs"} | builder
     accounts = {a["metadata"]["name"] for a in find(objects, "ServiceAccount")}
     assert accounts >= {f"{RELEASE}-paddlecloud-{s}" for s in SERVICES}
 
