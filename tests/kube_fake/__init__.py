@@ -23,10 +23,14 @@ raise resourceVersions and reach watches but are not in the request log.
 
 Emulated: the resources in resources.RESOURCES (core pods, pods/log, services,
 configmaps, secrets, resourcequotas, limitranges, events, namespaces, nodes; apps/v1
-statefulsets; batch/v1 jobs; networking.k8s.io/v1 networkpolicies); get, list, watch,
+statefulsets; batch/v1 jobs; networking.k8s.io/v1 networkpolicies; and, stored with no
+controller, what the Helm chart installs: serviceaccounts, deployments,
+poddisruptionbudgets, ingresses, RBAC roles and bindings); get, list, watch,
 create, update, patch (merge, strategic merge as merge: lists are replaced whole, and
 JSON patch), delete; label selectors (=, ==, !=, exists, !exists, in, notin), the field
-selectors the real server supports per resource; 409 AlreadyExists and Conflict, 404
+selectors the real server supports per resource; Secrets in protobuf (Go's typed clients:
+Helm's release records, protobuf.py); anonymous requests with `anonymous=True` (Go
+clients send no token over plain http); 409 AlreadyExists and Conflict, 404
 NotFound, 422 Invalid, 403 Forbidden, as `Status` objects; discovery (/version, /api,
 /apis, /api/v1, /apis/<group>/<version>, with or without a trailing slash); a bearer
 token, any token, is required except on /version and the health checks.
@@ -105,9 +109,13 @@ class FakeKube:
         resync: float = 0.1,
         history: int = 1000,
         nodes: Sequence[str] = ("node-1", "node-2", "node-3"),
+        anonymous: bool = False,
     ) -> None:
         """`step`: seconds between a pod's phases; `resync`: how often the controllers look
-        again without a change (quota retries); `history`: changes a watch can resume from."""
+        again without a change (quota retries); `history`: changes a watch can resume from;
+        `anonymous`: answer requests without a token too, as a server with anonymous auth
+        does (Go clients send no token over plain http, so Helm and kubectl need it)."""
+        self.anonymous = anonymous
         self.step = step
         self.resync = resync
         self.history = history
@@ -169,7 +177,7 @@ class FakeKube:
         self._kubelet = kubelet = Kubelet(store, self.nodes, self.step, self._report)
         kubelet.script = self._run_script
         controllers = Controllers(store, self.resync, self._report)
-        self._api = api = ApiServer(store, kubelet, self._faults, self._report)
+        self._api = api = ApiServer(store, kubelet, self._faults, self._report, anonymous=self.anonymous)
         for name in ("default", "kube-system", "kube-public"):
             store.create(NAMESPACES, "", {"metadata": {"name": name}})
         for name in self.nodes:

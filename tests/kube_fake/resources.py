@@ -73,6 +73,16 @@ RESOURCES = (
     Resource("apps", "v1", "statefulsets", "StatefulSet", True, ("status",)),
     Resource("batch", "v1", "jobs", "Job", True, ("status",), ("status.successful",)),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True),
+    # Stored and served, nothing more (no controller acts on them): what the Helm chart
+    # installs besides the kinds above (tests/unit/test_helm_chart.py).
+    Resource("", "v1", "serviceaccounts", "ServiceAccount", True),
+    Resource("apps", "v1", "deployments", "Deployment", True, ("status",)),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("status",)),
+    Resource("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("status",)),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
 )
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

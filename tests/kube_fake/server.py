@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from aiohttp import web
 
 from kube_fake.kubelet import Kubelet, Run
+from kube_fake.protobuf import decode_secret
 from kube_fake.resources import (
     BY_PATH,
     GROUP_VERSIONS,
@@ -52,6 +53,7 @@ _REASONS = {
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
 class KubeRequest(NamedTuple):
@@ -178,9 +180,16 @@ class ApiServer:
     """The aiohttp application of the fake API server."""
 
     def __init__(
-        self, store: Store, kubelet: Kubelet, faults: Faults, report: Callable[[BaseException], None]
+        self,
+        store: Store,
+        kubelet: Kubelet,
+        faults: Faults,
+        report: Callable[[BaseException], None],
+        *,
+        anonymous: bool = False,
     ):
         self.store = store
+        self.anonymous = anonymous
         self.kubelet = kubelet
         self.faults = faults
         self.requests: list[KubeRequest] = []
@@ -223,7 +232,8 @@ class ApiServer:
                 headers = {"Retry-After": "1"} if code in (429, 503) else None
                 body = status_object(code, reason, f"injected failure: {reason}")
                 return web.json_response(body, status=code, headers=headers)
-            if path not in _PUBLIC and not request.headers.get("Authorization", "").startswith("Bearer "):
+            token = request.headers.get("Authorization", "").startswith("Bearer ")
+            if path not in _PUBLIC and not token and not self.anonymous:
                 raise KubeError(401, "Unauthorized", "Unauthorized")
             if document is not None:
                 if request.method != "GET":
@@ -489,7 +499,11 @@ class ApiServer:
 
 async def _body(request: web.Request, kind: type) -> Any:
     try:
-        body = await request.json()
+        if request.content_type == PROTOBUF:
+            # Go's typed clients (Helm's release Secrets) write protobuf.
+            body = decode_secret(await request.read())
+        else:
+            body = await request.json()
     except ValueError:
         raise KubeError(400, "BadRequest", "the body of the request was not valid JSON") from None
     if not isinstance(body, kind):

@@ -1,0 +1,510 @@
+"""charts/paddlecloud through the real Helm 4 engine (installed by `make install-dev`).
+
+Lint (strict) and render with every values set under charts/paddlecloud/ci/; each rendered
+object validates strict against the Kubernetes version the code pins; bad values are
+refused by the schema; the ConfigMap is loaded by the services' own `load_config`; the
+rendered Roles equal the rights services/jobs/kube/rbac.py declares; and `helm install`
+creates every object on the fake API server (tests/kube_fake).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kube_fake import FakeKube
+from paddlecloud.common.config import BuilderSection, Config, load_config
+from paddlecloud.jobs.kube import rbac
+from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "paddlecloud"
+HELM = Path(sys.executable).parent / "helm"
+# The kaniko builder's set renders where the builder declares its rights (its own branch).
+KANIKO = importlib.util.find_spec("paddlecloud.builder.rbac") is not None
+VALUES_SETS = sorted(
+    p.name for p in (CHART / "ci").glob("*-values.yaml") if KANIKO or p.name != "kaniko-values.yaml"
+)
+SETS = [None, *VALUES_SETS]  # None: the chart's defaults
+SERVICES = ("gateway", "jobs", "pfs", "builder")
+RELEASE = "pc"
+NAMESPACE = "paddle"
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    if not HELM.is_file():
+        pytest.fail(f"no Helm at {HELM}: run make install-dev (scripts/install_helm.py)")
+    result = subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def values_args(values: str | None, sets: tuple[str, ...] = ()) -> list[str]:
+    args = ["-f", str(CHART / "ci" / values)] if values else []
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+@functools.cache
+def render(values: str | None, *sets: str) -> tuple[dict[str, Any], ...]:
+    """Every object `helm template` renders for the values set (and --set overrides)."""
+    out = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *values_args(values, sets)).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def find(objects: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
+    (found,) = find(objects, kind, name)
+    return found
+
+
+def config_text(objects: tuple[dict[str, Any], ...]) -> str:
+    return str(one(objects, "ConfigMap", f"{RELEASE}-paddlecloud")["data"]["paddlecloud.yaml"])
+
+
+def loadable(values: str | None) -> bool:
+    """Whether this checkout's config knows the values set's builder backend (the kaniko
+    backend lands with its own branch)."""
+    objects = render(values)
+    backend = yaml.safe_load(config_text(objects))["builder"]["backend"]
+    return backend in BuilderSection.model_fields["backend"].annotation.__args__  # type: ignore[union-attr]
+
+
+# --- Lint and render ---------------------------------------------------------------------
+
+
+def test_lint_strict_with_every_values_set() -> None:
+    for values in SETS:
+        result = helm("lint", "--strict", str(CHART), *values_args(values), check=False)
+        assert result.returncode == 0, f"{values}: {result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_every_object_validates_strict(values: str | None) -> None:
+    objects = render(values)
+    assert objects
+    for obj in objects:
+        assert kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True) == KUBERNETES_VERSION
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_every_pod_is_restricted_and_probed(values: str | None) -> None:
+    objects = render(values)
+    workloads = find(objects, "Deployment") + find(objects, "StatefulSet")
+    assert {w["metadata"]["name"] for w in find(objects, "Deployment")} == {
+        f"{RELEASE}-paddlecloud-{s}" for s in SERVICES
+    }
+    for workload in workloads:
+        pod = workload["spec"]["template"]["spec"]
+        name = workload["metadata"]["name"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] > 0, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), name
+        for container in pod["containers"] + pod.get("initContainers", []):
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["runAsNonRoot"] is True, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            assert container["resources"]["requests"] and container["resources"]["limits"], name
+            assert container["readinessProbe"] and container["livenessProbe"], name
+        if workload["kind"] == "Deployment":
+            (container,) = pod["containers"]
+            service = name.rsplit("-", 1)[1]
+            assert container["command"][:3] == ["python", "-m", f"paddlecloud.{service}"]
+            assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+            # Only the services that call the API server hold a token.
+            kaniko = service == "builder" and values == "kaniko-values.yaml"
+            assert pod["automountServiceAccountToken"] is (service == "jobs" or kaniko), name
+            assert pod["serviceAccountName"] == name
+
+
+def test_disruption_budgets_where_there_is_more_than_one_replica() -> None:
+    budgets = {b["metadata"]["name"] for b in find(render(None), "PodDisruptionBudget")}
+    assert budgets == {f"{RELEASE}-paddlecloud-gateway"}  # gateway: 2 replicas by default
+    budgets = {b["metadata"]["name"] for b in find(render("pvc-values.yaml"), "PodDisruptionBudget")}
+    assert budgets == {f"{RELEASE}-paddlecloud-gateway", f"{RELEASE}-paddlecloud-pfs"}
+    assert not find(render("sqlite-values.yaml"), "PodDisruptionBudget")
+
+
+def test_only_the_gateway_is_exposed() -> None:
+    objects = render("ingress-tls-values.yaml")
+    (ingress,) = find(objects, "Ingress")
+    assert ingress["spec"]["tls"] == [
+        {"hosts": ["paddle.example.com"], "secretName": "paddle-example-com-tls"}
+    ]
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert path["backend"]["service"]["name"] == f"{RELEASE}-paddlecloud-gateway"
+    assert not find(render(None), "Ingress")
+    for values in SETS:
+        assert all(s["spec"]["type"] == "ClusterIP" for s in find(render(values), "Service"))
+
+
+def test_a_changed_config_rolls_the_pods() -> None:
+    def checksum(objects: tuple[dict[str, Any], ...]) -> str:
+        deployment = one(objects, "Deployment", f"{RELEASE}-paddlecloud-gateway")
+        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    assert checksum(render(None)) != checksum(render(None, "log.level=debug"))
+
+
+# --- Values the schema refuses -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        (["gatway.replicas=2"], "additional properties 'gatway' not allowed"),
+        (["storage.claimname=x"], "additional properties 'claimname' not allowed"),
+        (["gateway.replicas=0"], "/gateway/replicas"),
+        (["jobs.replicas=2"], "/jobs/replicas"),
+        (["store.type=sqlite", "store.sqlite.existingClaim=db", "pfs.replicas=2"], "/pfs/replicas"),
+        (["store.type=sqlite", "store.sqlite.existingClaim=db"], "/gateway/replicas"),  # 2 by default
+        (["storage.kind=nfs"], "/storage/kind"),
+        (["storage.kind=hostpath", "storage.hostPath=relative"], "/storage/hostPath"),
+        (["storage.kind=cephfs", "storage.secretName=key"], "/storage/monitors"),
+        (["ingress.enabled=true", "ingress.tls.enabled=true"], "/ingress/tls/secretName"),
+        (["mongodb.enabled=false"], "store.external.uri"),
+    ],
+)
+def test_bad_values_are_refused(sets: list[str], says: str) -> None:
+    args = [f"--set={s}" for s in sets]
+    result = helm("template", RELEASE, str(CHART), *args, check=False)
+    assert result.returncode != 0
+    assert says in result.stderr
+
+
+# --- The configuration the services load ---------------------------------------------------
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_the_services_load_the_rendered_config(values: str | None, tmp_path: Path) -> None:
+    objects = render(values)
+    if not loadable(values):
+        pytest.skip("this checkout's builder has no kaniko backend")
+    path = tmp_path / "paddlecloud.yaml"
+    text = config_text(objects)
+    if "auth_file" in text:  # the push Secret's file, mounted in the builder's pod
+        (tmp_path / "config.json").write_text('{"auths": {}}')
+        text = text.replace("/etc/paddlecloud/registry/config.json", str(tmp_path / "config.json"))
+    path.write_text(text)
+    config = load_config(path, env={})
+    assert config.jobs.backend == "kubernetes"
+    assert config.jobs.kubernetes.kubeconfig == "in-cluster"
+    # Secrets are files, from Secrets: never values in the ConfigMap.
+    assert str(config.internal.secret_file) == "/etc/paddlecloud/secrets/internal-secret"
+    assert str(config.store.url_file) == "/etc/paddlecloud/secrets/store-url"
+    assert str(config.gateway.admin_password_file) == "/etc/paddlecloud/secrets/admin-password"
+    assert config.internal.secret is None and config.gateway.admin_password is None
+    # Each service is reached where the chart's Services are.
+    for service, port in (("jobs", 8081), ("pfs", 8082), ("builder", 8083)):
+        assert getattr(config.gateway, f"{service}_url") == f"http://{RELEASE}-paddlecloud-{service}:{port}"
+    assert config.pfs.url == config.gateway.pfs_url and config.builder.url == config.gateway.builder_url
+    assert config.jobs.kubernetes.run_as_user == 1000
+
+
+def test_no_secret_value_is_in_a_configmap() -> None:
+    for values in SETS:
+        objects = render(values)
+        configmaps = yaml.safe_dump([c.get("data") for c in find(objects, "ConfigMap")])
+        for secret in find(objects, "Secret"):
+            for value in secret.get("data", {}).values():
+                assert base64.b64decode(value).decode() not in configmaps
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_each_secret_file_comes_from_a_secret(values: str | None) -> None:
+    objects = render(values)
+    generated = {s["metadata"]["name"]: set(s.get("data", {})) for s in find(objects, "Secret")}
+    for deployment in find(objects, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        (secrets,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+        files = {}
+        for source in secrets["projected"]["sources"]:
+            (item,) = source["secret"]["items"]
+            files[item["path"]] = (source["secret"]["name"], item["key"])
+        wanted = {"internal-secret", "store-url"} | (
+            {"admin-password"} if deployment["metadata"]["name"].endswith("gateway") else set()
+        )
+        assert set(files) == wanted
+        for name, key in files.values():
+            # Generated by the chart, or an operator's Secret the values name.
+            assert key in generated.get(name, set()) or name.startswith("platform-")
+
+
+def test_pfs_mounts_the_volume_job_pods_get(tmp_path: Path) -> None:
+    for values in SETS:
+        objects = render(values)
+        text = config_text(objects)
+        volumes = yaml.safe_load(text)["jobs"]["kubernetes"]["datacenters"]
+        (dc,) = volumes
+        described = Config.model_validate(
+            {"jobs": {"kubernetes": {"kubeconfig": "in-cluster", "datacenters": volumes}}}
+        ).jobs.kubernetes.datacenters[dc]
+        pod = one(objects, "Deployment", f"{RELEASE}-paddlecloud-pfs")["spec"]["template"]["spec"]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "pfs"]
+        assert mount["mountPath"] == f"/pfs/{dc}" == yaml.safe_load(text)["pfs"]["root"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "pfs"]
+        if described.kind == "cephfs":
+            expected: dict[str, Any] = {
+                "cephfs": {
+                    "monitors": list(described.monitors),
+                    "path": described.path,
+                    "user": described.user,
+                    "secretRef": {"name": described.secret_name},
+                }
+            }
+        elif described.kind == "pvc":
+            expected = {"persistentVolumeClaim": {"claimName": described.claim_name}}
+        else:
+            expected = {"hostPath": {"path": described.host_path, "type": "Directory"}}
+        assert {k: v for k, v in volume.items() if k != "name"} == expected, values
+    kinds = {
+        yaml.safe_load(config_text(render(v)))["jobs"]["kubernetes"]["datacenters"].popitem()[1]["kind"]
+        for v in SETS
+    }
+    assert kinds == {"cephfs", "pvc", "hostpath"}
+
+
+def test_mongodb_bundled_with_auth_and_a_volume_or_external() -> None:
+    objects = render(None)
+    statefulset = one(objects, "StatefulSet", f"{RELEASE}-paddlecloud-mongodb")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert "--auth" in container["args"]
+    assert {e["name"] for e in container["env"]} >= {"MONGO_INITDB_ROOT_PASSWORD", "PADDLECLOUD_PASSWORD"}
+    assert statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    store_url = base64.b64decode(
+        one(objects, "Secret", f"{RELEASE}-paddlecloud")["data"]["store-url"]
+    ).decode()
+    password = base64.b64decode(
+        one(objects, "Secret", f"{RELEASE}-paddlecloud-mongodb")["data"]["mongodb-password"]
+    ).decode()
+    assert store_url == (
+        f"mongodb://paddlecloud:{password}@{RELEASE}-paddlecloud-mongodb:27017/paddlecloud?authSource=paddlecloud"
+    )
+    external = render("external-mongodb-values.yaml")
+    assert not find(external, "StatefulSet")
+    assert base64.b64decode(
+        one(external, "Secret", f"{RELEASE}-paddlecloud")["data"]["store-url"]
+    ).startswith(b"mongodb://paddlecloud:secret@mongo.example.com")
+    assert not find(render("sqlite-values.yaml"), "StatefulSet")
+
+
+# --- RBAC and network policies ---------------------------------------------------------------
+
+
+def test_the_chart_rbac_files_are_the_codes() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "chart_rbac.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def rules_and_subjects(objects: tuple[dict[str, Any], ...], kind: str) -> tuple[list[Any], list[Any]]:
+    (role,) = find(objects, kind)
+    (binding,) = find(objects, f"{kind}Binding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": kind,
+        "name": role["metadata"]["name"],
+    }
+    return role["rules"], binding["subjects"]
+
+
+def test_per_user_mode_binds_the_codes_rules_cluster_wide() -> None:
+    objects = render(None)
+    rules, subjects = rules_and_subjects(objects, "ClusterRole")
+    assert rules == rbac.policy_rules("per-user")
+    assert subjects == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-jobs", "namespace": NAMESPACE}
+    ]
+    assert not find(objects, "Role")
+
+
+def test_shared_mode_has_only_a_role_in_the_jobs_namespace() -> None:
+    objects = render("shared-namespace-values.yaml")
+    rules, subjects = rules_and_subjects(objects, "Role")
+    assert rules == rbac.policy_rules("shared")
+    assert one(objects, "Role", f"{RELEASE}-paddlecloud-jobs")["metadata"]["namespace"] == "paddlecloud-jobs"
+    assert subjects == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-jobs", "namespace": NAMESPACE}
+    ]
+    assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding")
+
+
+@pytest.mark.skipif(not KANIKO, reason="this checkout's builder has no kaniko backend")
+def test_the_kaniko_builder_gets_the_role_its_code_declares() -> None:
+    from paddlecloud.builder import rbac as builder_rbac  # type: ignore[attr-defined, unused-ignore]
+
+    objects = render("kaniko-values.yaml")
+    role = one(objects, "Role", f"{RELEASE}-paddlecloud-builder")
+    assert role["metadata"]["namespace"] == "paddlecloud-builds"
+    assert role["rules"] == builder_rbac.policy_rules()
+    binding = one(objects, "RoleBinding", f"{RELEASE}-paddlecloud-builder")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-builder", "namespace": NAMESPACE}
+    ]
+
+
+def test_without_the_builders_rights_the_kaniko_backend_is_refused() -> None:
+    if KANIKO:
+        pytest.skip("this checkout's builder declares its rights")
+    result = helm(
+        "template", RELEASE, str(CHART), "-f", str(CHART / "ci" / "kaniko-values.yaml"), check=False
+    )
+    assert result.returncode != 0 and "no rights for the kaniko builder" in result.stderr
+
+
+@pytest.mark.parametrize("values", SETS)
+def test_least_privilege(values: str | None) -> None:
+    objects = render(values)
+    for role in find(objects, "ClusterRole") + find(objects, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+            assert "pods/exec" not in rule["resources"] and "pods/attach" not in rule["resources"]
+            if "secrets" in rule["resources"]:
+                assert not {"get", "list", "watch"} & set(rule["verbs"])
+    bound = {
+        s["name"]
+        for kind in ("ClusterRoleBinding", "RoleBinding")
+        for b in find(objects, kind)
+        for s in b["subjects"]
+    }
+    builder = {f"{RELEASE}-paddlecloud-builder"} if values == "kaniko-values.yaml" else set()
+    assert bound == {f"{RELEASE}-paddlecloud-jobs"} | builder
+    accounts = {a["metadata"]["name"] for a in find(objects, "ServiceAccount")}
+    assert accounts >= {f"{RELEASE}-paddlecloud-{s}" for s in SERVICES}
+
+
+def test_network_policies() -> None:
+    objects = render(None)
+
+    def callers(component: str) -> list[str] | None:
+        policy = one(objects, "NetworkPolicy", f"{RELEASE}-paddlecloud-{component}")
+        (rule,) = policy["spec"]["ingress"]
+        if "from" not in rule:
+            return None
+        return sorted(p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in rule["from"])
+
+    assert callers("gateway") is None  # from anywhere: the way in
+    assert callers("jobs") == ["gateway"]
+    assert callers("pfs") == ["gateway", "jobs"]  # jobs asks pfs for storage usage
+    assert callers("builder") == ["gateway", "jobs"]  # jobs asks the builder for environments
+    assert callers("mongodb") == ["builder", "gateway", "jobs", "pfs"]
+    gateway = one(render("ingress-tls-values.yaml"), "NetworkPolicy", f"{RELEASE}-paddlecloud-gateway")
+    assert gateway["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
+
+
+# --- Installing on the fake API server -----------------------------------------------------------
+
+
+PLURALS = {
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "Service": "services",
+    "ServiceAccount": "serviceaccounts",
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "NetworkPolicy": "networkpolicies",
+    "Ingress": "ingresses",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+}
+
+
+def helm_on(kube: FakeKube, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Helm against the fake: client-side apply and no OpenAPI validation, as the fake
+    serves neither server-side apply nor /openapi (every object is validated strict above)."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE)
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    env.pop("HELM_DRIVER", None)
+    return subprocess.run(
+        [
+            str(HELM),
+            *args,
+            RELEASE,
+            str(CHART),
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            NAMESPACE,
+            "--server-side=false",
+            "--disable-openapi-validation",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def stored_secret(kube: FakeKube, name: str, key: str) -> bytes:
+    secret = kube.get("secrets", NAMESPACE, name)
+    assert secret is not None
+    return base64.b64decode(secret["data"][key])
+
+
+@pytest.mark.parametrize("values", [None, "shared-namespace-values.yaml", "ingress-tls-values.yaml"])
+def test_helm_install_creates_every_object_on_the_fake_api_server(values: str | None, tmp_path: Path) -> None:
+    expected = render(values)
+    with FakeKube(anonymous=True) as kube:
+        for namespace in (NAMESPACE, "paddlecloud-jobs"):
+            kube.create("namespaces", {"metadata": {"name": namespace}})
+        result = helm_on(kube, tmp_path, "install", *values_args(values))
+        assert result.returncode == 0, result.stderr
+        assert "STATUS: deployed" in result.stdout
+        for obj in expected:
+            namespace = (
+                None if obj["kind"].startswith("Cluster") else obj["metadata"].get("namespace", NAMESPACE)
+            )
+            stored = kube.get(PLURALS[obj["kind"]], namespace, obj["metadata"]["name"])
+            assert stored is not None, f"{obj['kind']} {obj['metadata']['name']} was not created"
+            assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
+        created = [r for r in kube.requests if r.verb == "create"]
+        assert len(created) == len(expected) + 1  # and Helm's release record, a Secret
+        assert kube.get("secrets", NAMESPACE, f"sh.helm.release.v1.{RELEASE}.v1") is not None
+
+
+def test_an_upgrade_keeps_the_generated_secrets_and_rolls_on_a_config_change(tmp_path: Path) -> None:
+    def checksum() -> str:
+        deployment = kube.get("deployments", NAMESPACE, f"{RELEASE}-paddlecloud-gateway")
+        assert deployment is not None
+        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    with FakeKube(anonymous=True) as kube:
+        kube.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        assert helm_on(kube, tmp_path, "install").returncode == 0
+        secret = stored_secret(kube, f"{RELEASE}-paddlecloud", "internal-secret")
+        password = stored_secret(kube, f"{RELEASE}-paddlecloud-mongodb", "mongodb-password")
+        before = checksum()
+        result = helm_on(kube, tmp_path, "upgrade", "--set", "log.level=debug")
+        assert result.returncode == 0, result.stderr
+        assert stored_secret(kube, f"{RELEASE}-paddlecloud", "internal-secret") == secret
+        assert stored_secret(kube, f"{RELEASE}-paddlecloud-mongodb", "mongodb-password") == password
+        assert checksum() != before
