@@ -384,7 +384,9 @@ class BuilderSection(ServiceSection):
             if where is None:
                 continue
             if not where.startswith(("https://", "http://")):
-                raise ValueError(f"{where!r}: the kaniko backend needs http(s) URLs for index_url and find_links")
+                raise ValueError(
+                    f"{where!r}: the kaniko backend needs http(s) URLs for index_url and find_links"
+                )
             if "@" in where.split("://", 1)[1].split("/", 1)[0]:
                 raise ValueError(
                     f"index_url and find_links may not hold credentials: they are written into "

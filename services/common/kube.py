@@ -343,7 +343,9 @@ class Kube:
                 try:
                     chunk = await response.content.readany()
                 except (aiohttp.ClientError, TimeoutError) as exc:
-                    raise KubeError(0, f"log of {pod}: the stream broke off ({exc or type(exc).__name__})") from exc
+                    raise KubeError(
+                        0, f"log of {pod}: the stream broke off ({exc or type(exc).__name__})"
+                    ) from exc
                 if not chunk:
                     return
                 if skip >= len(chunk):
