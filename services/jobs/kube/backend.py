@@ -348,6 +348,12 @@ class KubernetesBackend(Backend):
             raise StartFailed(str(exc)) from exc
         return plan
 
+    def build_base(self, spec: JobSpec) -> str | None:
+        # What image_for gives a job without a built image: the runtime image adds to it.
+        if spec.gpu > 0 and self._settings.gpu_image:
+            return self._settings.gpu_image
+        return self._settings.default_image
+
     async def preview(self, launch: Launch) -> list[dict[str, Any]]:
         """Every object `start` would create, as `kubectl --dry-run -o yaml` shows them."""
         user = await self._store.get_user(launch.job.owner)
