@@ -163,6 +163,9 @@ class KanikoBuildBackend(BuildBackend):
         try:
             digest = await self.registry.digest(ref, creds)
         except RegistryAuthError as exc:
+            if creds is None and self.registry.credentials_for(ref.registry) is not None:
+                # The platform's own credentials were refused: the operator's to fix.
+                raise BackendUnavailable(f"cannot read the base image {text}: {exc}") from None
             raise BaseRefused(f"cannot read the base image {text}: {exc}") from None
         except RegistryError as exc:
             raise BackendUnavailable(f"cannot resolve the base image {text}: {exc}") from None

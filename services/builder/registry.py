@@ -25,6 +25,7 @@ A registry that refuses the credentials (401 again, or the token server's 401) r
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import time
@@ -224,7 +225,7 @@ class RegistryClient:
             if scheme == "basic":
                 if creds is None:
                     raise self._refused(ref, creds)
-                auth = aiohttp.BasicAuth(creds.username, creds.password).encode()
+                auth = _basic(creds)
             elif scheme == "bearer" and params.get("realm"):
                 value, lifetime = await self._token(ref, params, scope, creds)
                 self._tokens[key] = _Token(value, time.monotonic() + max(lifetime - 5, 1))
@@ -268,10 +269,10 @@ class RegistryClient:
             for k, v in (("service", params.get("service")), ("scope", params.get("scope") or scope))
             if v
         }
-        auth = aiohttp.BasicAuth(creds.username, creds.password) if creds else None
+        headers = {"Authorization": _basic(creds)} if creds else {}
         try:
             async with self._session.get(
-                params["realm"], params=query, auth=auth, timeout=self._timeout
+                params["realm"], params=query, headers=headers, timeout=self._timeout
             ) as response:
                 if response.status in (401, 403):
                     raise self._refused(ref, creds)
@@ -300,6 +301,10 @@ class RegistryClient:
             f"registry {ref.registry} refused the credentials of user {creds.username!r} "
             f"for {ref.repository}: check the user name and password"
         )
+
+
+def _basic(creds: Credentials) -> str:
+    return "Basic " + base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
 
 
 def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
