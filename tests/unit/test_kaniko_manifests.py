@@ -150,7 +150,7 @@ def test_kaniko_settings_are_checked_at_start(tmp_path: Any) -> None:
         path.write_text(json.dumps({"builder": builder}))
         return load_config(path, env={})
 
-    with pytest.raises(ConfigError, match="kaniko.registry"):
+    with pytest.raises(ConfigError, match=r"kaniko\.registry"):
         load({"backend": "kaniko"})
     with pytest.raises(ConfigError, match="http"):
         load({"backend": "kaniko", "kaniko": {"registry": "r.example.com"}, "find_links": ["/wheels"]})
