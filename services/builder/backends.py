@@ -13,4 +13,8 @@ def create_build_backend(config: Config) -> BuildBackend:
         from .local import LocalBuildBackend
 
         return LocalBuildBackend(config)
+    if config.builder.backend == "kaniko":
+        from .kaniko import KanikoBuildBackend
+
+        return KanikoBuildBackend(config)
     raise ValueError(f"builder.backend: unknown backend {config.builder.backend!r}")

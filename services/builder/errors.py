@@ -6,7 +6,7 @@ the service's middleware renders them by. Codes are stable: clients match on the
 
 from __future__ import annotations
 
-from paddlecloud.common.errors import COMMON_PROBLEMS, Invalid, NotFound, ProblemTable
+from paddlecloud.common.errors import COMMON_PROBLEMS, DomainError, ErrorKind, Invalid, NotFound, ProblemTable
 
 
 class BuildNotFound(NotFound):
@@ -17,4 +17,11 @@ class RequestRefused(Invalid):
     """The build request cannot be built as asked (requirements, base or package)."""
 
 
-PROBLEMS: ProblemTable = dict(COMMON_PROBLEMS)
+class BackendFailed(DomainError):
+    """What the backend needs (a registry, the cluster) did not answer as it must; the
+    message says which and why. Asking again later may succeed."""
+
+
+BACKEND_UNAVAILABLE = ErrorKind("ERR_BUILD_BACKEND_UNAVAILABLE", 503, "Build backend unavailable")
+
+PROBLEMS: ProblemTable = {**COMMON_PROBLEMS, BackendFailed: BACKEND_UNAVAILABLE}

@@ -61,7 +61,6 @@ import structlog
 
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.config import Config
-from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.sandbox import Bind, View, chown_tree
 
 from .backend import (
@@ -73,7 +72,9 @@ from .backend import (
     LogQuery,
     Outcome,
     Published,
+    RegistryLogin,
 )
+from .buildlog import BuildLogs, say
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +145,7 @@ class LocalBuildBackend(BuildBackend):
         self._pip_dir = self._root / "pip"
         self._python = sys.executable
         self._site_dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
-        self._poll = section.poll_seconds
+        self._log_files = BuildLogs(self._logs, section.poll_seconds)
         self._timeout = section.build_timeout_seconds
         index: list[str] = []
         if section.index_url:
@@ -208,7 +209,7 @@ class LocalBuildBackend(BuildBackend):
 
     # -- keys and lookups ------------------------------------------------------------
 
-    def base_identity(self, base: str | None) -> str:
+    async def base_identity(self, base: str | None, registry: RegistryLogin | None = None) -> str:
         if base is not None:
             raise BaseRefused(
                 f"the local builder builds on this platform's Python ({platform.python_version()}), "
@@ -252,7 +253,7 @@ class LocalBuildBackend(BuildBackend):
         with open(self._log_path(request.build_id), "ab", buffering=0) as out:  # noqa: ASYNC230 - local append
             try:
                 await asyncio.to_thread(self._prepare_run, run, request.requirements)
-                _say(out, f"build {request.build_id} of key {request.key}")
+                say(out, f"build {request.build_id} of key {request.key}")
                 venv = [self._python, "-m", "venv", "--without-pip", str(env)]
                 await self._step(out, "creating the virtualenv", venv, run, deadline)
                 python = str(env / "bin" / "python")
@@ -273,13 +274,13 @@ class LocalBuildBackend(BuildBackend):
                 self._publish(request.key, env)
                 published = True
                 elapsed = time.monotonic() - started
-                _say(out, f"published {self._python_of(request.key)} in {elapsed:.1f} s")
+                say(out, f"published {self._python_of(request.key)} in {elapsed:.1f} s")
                 return Outcome(True, f"built in {elapsed:.1f} s", {"python": self._python_of(request.key)})
             except _Failed as exc:
-                _say(out, f"build failed: {exc}")
+                say(out, f"build failed: {exc}")
                 return Outcome(False, str(exc))
             except asyncio.CancelledError:
-                _say(out, "stopped: the builder service is stopping; nothing was published")
+                say(out, "stopped: the builder service is stopping; nothing was published")
                 raise
             finally:
                 if not published:
@@ -287,7 +288,7 @@ class LocalBuildBackend(BuildBackend):
                 await asyncio.to_thread(shutil.rmtree, run, True)
 
     def _log_path(self, log_id: str) -> Path:
-        return self._logs / f"{log_id}.log"
+        return self._log_files.path(log_id)
 
     @property
     def _build_uid(self) -> int:
@@ -330,7 +331,7 @@ class LocalBuildBackend(BuildBackend):
 
     async def _step(self, out: BinaryIO, what: str, argv: list[str], run: Path, deadline: float) -> None:
         """Run one command of the build with its output in the log; _Failed if it fails."""
-        _say(out, "$ " + " ".join(argv))
+        say(out, "$ " + " ".join(argv))
         start_offset = os.fstat(out.fileno()).st_size
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -426,7 +427,7 @@ class LocalBuildBackend(BuildBackend):
             path = self._log_path(build_id)
             if path.exists():
                 with open(path, "ab") as out:
-                    _say(out, "build failed: the builder restarted during this build; nothing was published")
+                    say(out, "build failed: the builder restarted during this build; nothing was published")
         if leftovers:
             log.info("unpublished_builds_removed", count=len(leftovers))
 
@@ -467,36 +468,10 @@ class LocalBuildBackend(BuildBackend):
 
     # -- logs ------------------------------------------------------------------------
 
-    async def logs(
+    def logs(
         self, log_id: str, query: LogQuery, finished: Callable[[], Awaitable[bool]]
     ) -> AsyncGenerator[list[LogLine], None]:
-        path = self._log_path(log_id)
-        size = _size(path)
-        if query.cursor is not None:
-            offset = _decode_cursor(query.cursor)
-            if offset > size:
-                raise BadCursor(f"{query.cursor[:60]!r} is past the end of this build's log")
-        elif query.tail is not None:
-            offset = tail_offset(path, query.tail)
-        else:
-            offset = 0
-        yield []  # the query is good: the caller may answer now, before the first line
-        while True:
-            final = await finished()  # decided before reading, so nothing written after is missed
-            lines, offset, more = _read_lines(path, offset, final)
-            if lines:
-                yield lines
-            if more:
-                continue
-            if final or not query.follow:
-                return
-            await asyncio.sleep(self._poll)
-
-
-def _say(out: BinaryIO, text: str) -> None:
-    """One line of the builder's own in the build's log."""
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    out.write(f"[builder {stamp}] {text}\n".encode())
+        return self._log_files.read(log_id, query, finished)
 
 
 def _kill_group(pgid: int) -> None:
@@ -565,32 +540,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _encode_cursor(offset: int) -> str:
-    return f"b1.{offset}"
-
-
-def _decode_cursor(cursor: str) -> int:
-    version, _, rest = cursor.partition(".")
-    if version != "b1" or not rest.isdigit() or len(rest) > 15:
-        raise BadCursor(f"{cursor[:60]!r} is not a log cursor of this build")
-    return int(rest)
-
-
-def _read_lines(path: Path, offset: int, final: bool) -> tuple[list[LogLine], int, bool]:
-    """Whole lines from `offset` on, each with the cursor just past it, the offset after
-    them, and whether more than one batch was waiting (see logstream.read_lines)."""
-    read, more = read_lines(path, offset, final)
-    lines = []
-    for text, size in read:
-        offset += size
-        lines.append(LogLine(text, _encode_cursor(offset)))
-    return lines, offset, more

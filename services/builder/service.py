@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import uuid4
@@ -35,14 +35,25 @@ import structlog
 
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
+from paddlecloud.common.dockerconfig import Credentials
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.store import Build, Store
 from paddlecloud.common.store.models import ACTIVE_STATES, FAILED, PENDING, RUNNING, SUCCEEDED, utcnow
 from paddlecloud.common.tasks import Spawned
 from paddlecloud.common.volume import resolve_for
 
-from .backend import BaseRefused, BuildBackend, BuildRequest, LogLine, LogQuery, Outcome
-from .errors import BuildNotFound, RequestRefused
+from .backend import (
+    BackendUnavailable,
+    BaseRefused,
+    BuildBackend,
+    BuildRequest,
+    LogLine,
+    LogQuery,
+    Outcome,
+    Published,
+    RegistryLogin,
+)
+from .errors import BackendFailed, BuildNotFound, RequestRefused
 from .spec import BuildSpec, cache_key, check_requirements
 
 log = structlog.get_logger(__name__)
@@ -136,24 +147,64 @@ class Builder:
 
     async def plan(self, identity: Identity, spec: BuildSpec) -> Planned:
         """What a request would do: its cache key, and whether that is built already."""
-        key, _ = self._key_and_package(identity, spec)
-        return Planned(key, await self._backend.lookup(key, touch=False) is not None)
+        key, _, _ = await self._key_and_package(identity, spec)
+        return Planned(key, await self._lookup(key, touch=False) is not None)
 
-    def _key_and_package(self, identity: Identity, spec: BuildSpec) -> tuple[str, str | None]:
+    async def _key_and_package(
+        self, identity: Identity, spec: BuildSpec
+    ) -> tuple[str, str | None, BuildRequest]:
+        """The request's key, its package's PFS path, and the build it would run (its id
+        and key still to be filled in)."""
         check_requirements(spec.requirements, self._section.max_requirements_bytes)
+        login = await self._registry(identity, spec.registry)
         try:
-            base = self._backend.base_identity(spec.base)
+            base = await self._backend.base_identity(spec.base, login)
         except BaseRefused as exc:
             raise RequestRefused(str(exc), field="base") from None
+        except BackendUnavailable as exc:
+            raise BackendFailed(str(exc)) from None
         package = self._package(identity, spec.package)
-        return cache_key(base, spec.requirements, self._backend.version), package
+        key = cache_key(base, spec.requirements, self._backend.version)
+        request = BuildRequest(
+            build_id="",
+            key=key,
+            owner=identity.user,
+            requirements=spec.requirements,
+            base=spec.base,
+            package=package,
+            base_ref=base,
+            registry=login,
+        )
+        return key, package, request
+
+    async def _registry(self, identity: Identity, name: str | None) -> RegistryLogin | None:
+        if name is None:
+            return None
+        saved = await self._store.get_registry(identity.user, name)
+        if saved is None:
+            raise RequestRefused(
+                f"no registry named {name!r} is saved for {identity.user} (`paddlecloud registry`)",
+                field="registry",
+            )
+        return RegistryLogin(saved.server, Credentials(saved.username, saved.password))
+
+    async def _lookup(self, key: str, *, touch: bool) -> Published | None:
+        try:
+            return await self._backend.lookup(key, touch=touch)
+        except BackendUnavailable as exc:
+            raise BackendFailed(str(exc)) from None
 
     async def request(self, identity: Identity, spec: BuildSpec) -> Answer:
         """Answer a build request with a build record of the caller's: a new one
         (`created`), or an existing one (the identical build under way, or a cached result)."""
-        key, package = self._key_and_package(identity, spec)
+        key, package, planned = await self._key_and_package(identity, spec)
         owner = identity.user
-        record = {"requirements": spec.requirements, "base": spec.base, "package": package}
+        record = {
+            "requirements": spec.requirements,
+            "base": spec.base,
+            "package": package,
+            "registry": spec.registry,
+        }
         async with self._locked(key):
             active = await self._store.find_builds(key, BUILD_ACTIVE)
             if active:
@@ -172,10 +223,15 @@ class Builder:
                 await self._store.create_build(follower)
                 log.info("build_joined", build=follower.id, key=key, log_of=follower.info["log"])
                 return Answer(follower, created=True)
-            published = await self._backend.lookup(key, touch=True)
+            published = await self._lookup(key, touch=True)
             if published is not None:
                 own_builds = await self._store.find_builds(key, {SUCCEEDED})
                 mine = next((b for b in own_builds if b.owner == owner and not b.info.get("evicted")), None)
+                # A registry does not say which build pushed an image: the log of a hit
+                # is that of the newest build of the key this service remembers.
+                made_by = published.build_id or next(
+                    (str(b.info.get("log", b.id)) for b in own_builds if not b.info.get("cached")), ""
+                )
                 if mine is not None:
                     log.info("build_cache_hit", build=mine.id, key=key)
                     return Answer(mine, created=False, cached=True)
@@ -188,7 +244,7 @@ class Builder:
                     state=SUCCEEDED,
                     reason="cached: an identical environment was built before; nothing was run",
                     info={
-                        "log": published.build_id or hit_id,
+                        "log": made_by or hit_id,
                         "cached": True,
                         "artifact": published.artifact,
                     },
@@ -209,15 +265,7 @@ class Builder:
                 build_id=build_id,
             )
             await self._store.create_build(build)
-            request = BuildRequest(
-                build_id=build.id,
-                key=key,
-                owner=owner,
-                requirements=spec.requirements,
-                base=spec.base,
-                package=package,
-            )
-            self._start_runner(request)
+            self._start_runner(replace(planned, build_id=build.id))
         log.info("build_requested", build=build.id, key=key)
         return Answer(build, created=True)
 
@@ -269,8 +317,8 @@ class Builder:
         answered with an earlier build). The artifact (`python`) is shown while the
         result is published, and null once the size cap collected it."""
         artifact = build.info.get("artifact") or {}
-        available = (
-            build.state == SUCCEEDED and await self._backend.lookup(build.key, touch=False) is not None
+        available = build.state == SUCCEEDED and (
+            not self._backend.evicts or await self._lookup(build.key, touch=False) is not None
         )
         view: dict[str, Any] = {
             "id": build.id,

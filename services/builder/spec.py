@@ -51,6 +51,9 @@ class BuildSpec(BaseModel):
     requirements: StrictStr
     base: StrictStr | None = None
     package: StrictStr | None = None
+    # The name of the caller's saved registry credentials (`paddlecloud registry`), for a
+    # private base image.
+    registry: StrictStr | None = None
 
 
 def check_requirements(text: str, max_bytes: int) -> None:

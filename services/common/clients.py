@@ -192,12 +192,16 @@ class BuilderClient(ServiceClient):
         requirements: str,
         base: str | None,
         package: str | None,
+        registry: str | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
-        """`POST /api/v1/builds`: the build (`id`, `key`, `state`, `cached`, `python`, ...)
-        or, for a dry run, `{key, cached}`."""
+        """`POST /api/v1/builds`: the build (`id`, `key`, `state`, `cached`, `python` or
+        `image`, ...) or, for a dry run, `{key, cached}`. `registry` names the caller's saved
+        credentials for a private base image."""
         path = "/api/v1/builds" + ("?dry_run=1" if dry_run else "")
-        body = {"requirements": requirements, "base": base, "package": package}
+        body: dict[str, Any] = {"requirements": requirements, "base": base, "package": package}
+        if registry is not None:
+            body["registry"] = registry
         return await self._call(identity, "POST", path, body)
 
     async def get_build(self, identity: Identity, build_id: str) -> dict[str, Any]:

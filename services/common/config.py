@@ -262,12 +262,78 @@ class PfsSection(ServiceSection):
     upload_read_timeout: float = Field(60.0, gt=0)
 
 
+_HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
+_REPOSITORY = r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$"
+
+
+class KanikoSection(_Section):
+    """The kaniko builder backend (docs/builder.md): runtime images built by a Kaniko Job
+    in `namespace` and pushed to `<registry>/<repository>:<cache key>`."""
+
+    # The registry images are pushed to (host or host:port, as image names spell it).
+    registry: str | None = Field(None, pattern=_HOST_PORT)
+    repository: str = Field("paddlecloud/runtime", pattern=_REPOSITORY)
+    # Kaniko's layer cache (--cache-repo); unset: <repository>/cache in the same registry.
+    cache_repository: str | None = Field(None, pattern=_REPOSITORY)
+    # A docker config.json with the push credentials for `registry`: the operator's
+    # kubernetes.io/dockerconfigjson Secret, mounted into the builder's pod. Read at start,
+    # never logged. Unset: the registry takes pushes without credentials.
+    auth_file: Path | None = None
+    # Registries reached over plain http (a registry in the cluster or on loopback);
+    # every other one over https with its certificate checked.
+    insecure_registries: tuple[str, ...] = ()
+    # The image a request is built on when it names none (the jobs service names the image
+    # the job would run: jobs.kubernetes.default_image or gpu_image).
+    base_image: str = "python:3.11-slim"
+    executor_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    # Copies the build context into the executor's workspace.
+    init_image: str = "busybox:1.36"
+    # Build Jobs run here; an operator makes it (the builder gets a Role in it).
+    namespace: str = Field("paddlecloud-builds", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    # The executor's requests and limits (the same: a build is not squeezed by its neighbours).
+    cpu: str = "1"
+    memory: str = "2Gi"
+    ephemeral_storage: str = "10Gi"
+    # Hosts pip may reach without a valid certificate (--trusted-host): an http wheelhouse.
+    trusted_hosts: tuple[str, ...] = ()
+    # How often the builder looks at a build pod that has not started yet.
+    poll_seconds: float = Field(1.0, gt=0)
+
+    @field_validator("insecure_registries", "trusted_hosts", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("cpu", "memory", "ephemeral_storage")
+    @classmethod
+    def _quantity(cls, value: str, info: ValidationInfo) -> str:
+        parse = parse_cpu_milli if info.field_name == "cpu" else parse_bytes
+        try:
+            if parse(value) <= 0:
+                raise ValueError(f"{value!r} must be more than zero")
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("auth_file")
+    @classmethod
+    def _auth_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"no file at {value} (the push Secret's .dockerconfigjson, mounted)")
+        return value
+
+
 class BuilderSection(ServiceSection):
     port: int = Field(8083, ge=0, le=65535)
     # Where internal callers (the jobs service) reach the builder; `paddlecloud server`
     # sets it to the address it bound, as it sets gateway.builder_url.
     url: str = "http://127.0.0.1:8083"
-    backend: Literal["local"] = "local"
+    # local: a virtualenv per key on this machine; kaniko: an image per key, built on
+    # Kubernetes (the `kaniko` section; the cluster is jobs.kubernetes's kubeconfig).
+    backend: Literal["local", "kaniko"] = "local"
+    kaniko: KanikoSection = KanikoSection()
     # Local backend: environments, build logs and in-progress builds live here.
     work_dir: Path = DEFAULT_DATA_DIR / "builder"
     # pip runs sandboxed like jobs (auto | required | off), as this unprivileged uid.
@@ -295,6 +361,38 @@ class BuilderSection(ServiceSection):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("kaniko", mode="before")
+    @classmethod
+    def _kaniko_text(cls, value: Any) -> Any:
+        # PADDLECLOUD_BUILDER_KANIKO carries the whole section as YAML (or JSON).
+        if isinstance(value, str):
+            try:
+                return yaml.safe_load(value) or {}
+            except yaml.YAMLError as exc:
+                raise ValueError(f"not YAML: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _kaniko_complete(self) -> BuilderSection:
+        if self.backend != "kaniko":
+            return self
+        if self.kaniko.registry is None:
+            raise ValueError("the kaniko backend needs kaniko.registry (where images are pushed)")
+        # A Kaniko pod reaches packages over the network: a directory on this machine means nothing there.
+        for where in (self.index_url, *self.find_links):
+            if where is None:
+                continue
+            if not where.startswith(("https://", "http://")):
+                raise ValueError(
+                    f"{where!r}: the kaniko backend needs http(s) URLs for index_url and find_links"
+                )
+            if "@" in where.split("://", 1)[1].split("/", 1)[0]:
+                raise ValueError(
+                    f"index_url and find_links may not hold credentials: they are written into "
+                    f"every image's history ({where.split('://', 1)[0]}://...@...)"
+                )
+        return self
 
     @field_validator("cache_max_bytes", mode="before")
     @classmethod

@@ -181,6 +181,12 @@ class Backend(abc.ABC):
     async def close(self) -> None:  # noqa: B027
         """Release what `open` took; running jobs keep running."""
 
+    def build_base(self, spec: JobSpec) -> str | None:
+        """The image a build for `spec`'s requirements starts from: the image the job would
+        run without one (the builder's own default when None: the local builder builds on
+        the platform's Python)."""
+        return None
+
     def refusal(self, spec: JobSpec) -> str | None:
         """Why this backend can never run `spec` (it asks for more than there is), or None."""
         return None

@@ -283,7 +283,7 @@ class JobManager:
                     "build": None,
                 }
                 if requirements is not None:
-                    answer["build"] = await self._planned_build(identity, requirements, package.text)
+                    answer["build"] = await self._planned_build(identity, spec, requirements, package.text)
                 objects = await self._backend.preview(self._launch(job, spec, package_kind or "dir"))
                 if objects:
                     answer["objects"] = objects
@@ -386,14 +386,22 @@ class JobManager:
             raise Invalid(f"its {REQUIREMENTS} is not UTF-8 text", field="package") from None
         return text if text.strip() else None
 
-    async def _planned_build(self, identity: Identity, requirements: str, package: str) -> dict[str, Any]:
+    async def _planned_build(
+        self, identity: Identity, spec: JobSpec, requirements: str, package: str
+    ) -> dict[str, Any]:
         try:
             answer = await self._builder.request_build(
-                identity, requirements=requirements, base=None, package=package, dry_run=True
+                identity, requirements=requirements, dry_run=True, **self._build_target(spec, package)
             )
         except BuilderError as exc:
             raise BuildRefused(f"{REQUIREMENTS}: {exc.detail}", field="package") from None
         return {"key": answer.get("key"), "cached": bool(answer.get("cached"))}
+
+    def _build_target(self, spec: JobSpec, package: str) -> dict[str, Any]:
+        """What a build for `spec` is asked to start from: the backend's base image, read
+        with the job's registry credentials (a private base), or the builder's default."""
+        base = self._backend.build_base(spec)
+        return {"base": base, "package": package, "registry": spec.registry if base else None}
 
     async def _build_then_start(self, identity: Identity, launch: Launch, requirements: str) -> Job:
         """BUILDING until the builder has the job's environment, then start it in that."""
@@ -403,7 +411,7 @@ class JobManager:
             return await self._store.get_job_by_id(job.id) or job
         try:
             build = await self._builder.request_build(
-                identity, requirements=requirements, base=None, package=launch.package
+                identity, requirements=requirements, **self._build_target(launch.spec, launch.package)
             )
         except BuilderError as exc:
             failed = await self._transition(
@@ -471,7 +479,7 @@ class JobManager:
             if requirements is None:
                 raise Invalid(f"its {REQUIREMENTS} is gone", field="package")
             build = await self._builder.request_build(
-                owner, requirements=requirements, base=None, package=launch.package
+                owner, requirements=requirements, **self._build_target(launch.spec, launch.package)
             )
         except (BuilderError, errors.DomainError, OSError) as exc:
             detail = exc.detail if isinstance(exc, BuilderError) else str(exc)

@@ -38,6 +38,7 @@ import structlog
 
 from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor
+from paddlecloud.common.kube import Kube, KubeError
 from paddlecloud.common.quantity import parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Job, KeptLog, Quota, Store
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATES
@@ -57,7 +58,6 @@ from ..backend import (
 from ..exits import describe_exit
 from ..spec import JobSpec
 from . import manifests
-from .api import Kube, KubeError
 from .cache import Informer, backoff
 from .names import (
     ANNOTATION_USER,
@@ -352,6 +352,12 @@ class KubernetesBackend(Backend):
         except ValueError as exc:
             raise StartFailed(str(exc)) from exc
         return plan
+
+    def build_base(self, spec: JobSpec) -> str | None:
+        # What image_for gives a job without a built image: the runtime image adds to it.
+        if spec.gpu > 0 and self._settings.gpu_image:
+            return self._settings.gpu_image
+        return self._settings.default_image
 
     async def preview(self, launch: Launch) -> list[dict[str, Any]]:
         """Every object `start` would create, as `kubectl --dry-run -o yaml` shows them."""

@@ -19,7 +19,8 @@ from typing import Any
 
 import structlog
 
-from .api import Gone, Kube, KubeError
+from paddlecloud.common.kube import Gone, Kube, KubeError
+
 from .names import LABEL_JOB_ID
 
 log = structlog.get_logger("paddlecloud.jobs.kube")

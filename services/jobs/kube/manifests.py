@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paddlecloud.common.config import DatacenterVolume, KubernetesSection
+from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Quota, Registry
 
@@ -388,13 +389,8 @@ def _selector(plan: JobPlan, role: str) -> dict[str, str]:
 
 
 def _registry_secret(plan: JobPlan, registry: Registry) -> dict[str, Any]:
-    token = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
-    config = {
-        "auths": {
-            registry.server: {"username": registry.username, "password": registry.password, "auth": token}
-        }
-    }
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    # The key as the kubelet looks it up (Docker Hub's is https://index.docker.io/v1/).
+    text = dockerconfigjson({registry.server: Credentials(registry.username, registry.password)})
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -1,5 +1,8 @@
 """A thin layer over the Kubernetes REST API: manifests in, JSON objects out.
 
+The jobs service's kubernetes backend and the builder's Kaniko backend both use it; the
+connection settings are `jobs.kubernetes`'s (kubeconfig, context, timeouts): one cluster.
+
 kubernetes-asyncio's `ApiClient` does what is hard to get right — kubeconfig and
 in-cluster credentials, TLS, token refresh — and this module does the rest on top of
 its `call_api`, with plain dicts rather than generated model classes: the backend's
@@ -316,3 +319,39 @@ class Kube:
                 body = None
             raise _error(response.status, body, f"log of {pod}")
         return raw.decode("utf-8", "replace")
+
+    async def follow_log(
+        self, namespace: str, pod: str, container: str, *, skip: int = 0
+    ) -> AsyncIterator[bytes]:
+        """A container's log as it is written (`follow`), in chunks, from byte `skip` on,
+        until the container ends or the stream breaks (KubeError). A log is append-only
+        while its container runs, so a follower that lost the stream resumes exactly by
+        reading again with `skip` set to what it already has."""
+        query = {"container": container, "follow": "true"}
+        path = RESOURCES["Pod"].path(namespace, pod, "log")
+        # No read timeout: a build may print nothing for minutes (a large wheel downloading).
+        timeout = aiohttp.ClientTimeout(connect=self._timeout, sock_read=None)
+        response = await self._call("GET", path, query=query, limit=timeout)
+        try:
+            if response.status != 200:
+                try:
+                    body = await response.json(content_type=None)
+                except (ValueError, aiohttp.ClientError):
+                    body = None
+                raise _error(response.status, body, f"log of {pod}")
+            while True:
+                try:
+                    chunk = await response.content.readany()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    raise KubeError(
+                        0, f"log of {pod}: the stream broke off ({exc or type(exc).__name__})"
+                    ) from exc
+                if not chunk:
+                    return
+                if skip >= len(chunk):
+                    skip -= len(chunk)
+                    continue
+                chunk, skip = chunk[skip:], 0
+                yield chunk
+        finally:
+            response.release()

@@ -1,0 +1,432 @@
+"""The Kaniko backend: one runtime image per cache key, built by a Kaniko Job on Kubernetes
+and pushed to a registry (docs/builder.md, "The kaniko backend").
+
+- The key names the base by digest: `base_identity` resolves the base image's tag on its
+  registry (with the user's saved credentials when the request names them), and the
+  build's Dockerfile says `FROM <base>@<digest>`, so the image under a key is built from
+  exactly what the key says, and a moved tag means a new key.
+- A lookup is a HEAD on `<registry>/<repository>/manifests/<key>`: the registry is the
+  only record, so nothing here can go stale; the registry's retention rules are the size
+  cap (`entries()` lists nothing).
+- A build creates a ConfigMap (the context), a Secret (the credentials) and the Job
+  (kaniko_manifests.py), waits for the executor to start, copies its log stream into the
+  build's log file (kept after the pod goes; resumed by bytes when the stream breaks),
+  and reads the end from the pod: exit 0 and the tag present in the registry is success;
+  anything else fails the build with pip's and Kaniko's last error lines. It stops the
+  build at `builder.build_timeout_seconds` (the Job's own deadline is a backstop should the
+  builder be gone), and when the service stops, and removes the Job either way.
+- After a restart, `recover` deletes what interrupted builds left in the build namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import aiohttp
+import structlog
+
+from paddlecloud.common.config import Config
+from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, read_auths
+from paddlecloud.common.kube import Kube, KubeError
+
+from . import kaniko_manifests as manifests
+from .backend import (
+    BackendUnavailable,
+    BaseRefused,
+    BuildBackend,
+    BuildRequest,
+    CacheEntry,
+    LogLine,
+    LogQuery,
+    Outcome,
+    Published,
+    RegistryLogin,
+)
+from .buildlog import BuildLogs, say
+from .registry import ImageRef, RegistryAuthError, RegistryClient, RegistryError
+
+log = structlog.get_logger(__name__)
+
+REASON_LINES = 3
+REASON_CHARS = 2000
+# Kaniko's own failure line (`--log-format=text`): "error building image: ..." and friends.
+_KANIKO_ERROR = re.compile(r"^(error\b|level=error|.*\berror building image\b)", re.IGNORECASE)
+
+
+class _Failed(Exception):
+    """The build failed; the message is its reason."""
+
+
+class KanikoBuildBackend(BuildBackend):
+    name = "kaniko"
+    version = "kaniko-1"
+    artifact_fields = ("image",)
+    evicts = False
+
+    def __init__(self, config: Config, *, kube: Kube | None = None) -> None:
+        section = config.builder
+        settings = section.kaniko
+        if settings.registry is None:
+            raise ValueError("builder.kaniko.registry is not set")
+        self._settings = settings
+        self._kube_settings = config.jobs.kubernetes
+        self._given_kube = kube
+        self._kube: Kube | None = kube
+        self._registry_host = host_of(settings.registry)
+        self._target = ImageRef(self._registry_host, settings.repository, "latest")
+        self._image_prefix = f"{settings.registry}/{settings.repository}"
+        self._cache_repo = (
+            f"{settings.registry}/{settings.cache_repository or settings.repository + '/cache'}"
+        )
+        self._timeout = section.build_timeout_seconds
+        self._index = manifests.PipIndex(
+            section.index_url, section.find_links, section.no_index, settings.trusted_hosts
+        )
+        self._logs = BuildLogs(section.work_dir.expanduser().absolute() / "logs", section.poll_seconds)
+        self._poll = settings.poll_seconds
+        self._push: dict[str, Credentials] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._client: RegistryClient | None = None
+
+    # -- life ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._logs.directory.mkdir(parents=True, exist_ok=True)
+        auth_file = self._settings.auth_file
+        if auth_file is not None:
+            try:
+                text = auth_file.expanduser().read_text(encoding="utf-8")
+                self._push = read_auths(text)
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else str(exc)
+                raise RuntimeError(f"builder.kaniko.auth_file {auth_file}: {why}") from None
+            if self._registry_host not in self._push:
+                raise RuntimeError(
+                    f"builder.kaniko.auth_file {auth_file} holds no credentials for {self._registry_host} "
+                    f"(it has: {', '.join(sorted(self._push)) or 'none'})"
+                )
+        self._session = aiohttp.ClientSession()
+        self._client = RegistryClient(
+            self._session, self._push, insecure=frozenset(self._settings.insecure_registries)
+        )
+        if self._kube is None:
+            self._kube = await Kube.connect(self._kube_settings)
+        log.info(
+            "kaniko_builder_ready",
+            registry=self._registry_host,
+            repository=self._settings.repository,
+            namespace=self._settings.namespace,
+            push_user=self._push[self._registry_host].username if self._registry_host in self._push else None,
+        )
+
+    async def close(self) -> None:
+        if self._kube is not None and self._given_kube is None:
+            await self._kube.close()
+            self._kube = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            raise RuntimeError("the kaniko backend is not open")
+        return self._kube
+
+    @property
+    def registry(self) -> RegistryClient:
+        if self._client is None:
+            raise RuntimeError("the kaniko backend is not open")
+        return self._client
+
+    # -- keys and lookups ------------------------------------------------------------
+
+    def image_of(self, key: str) -> str:
+        return f"{self._image_prefix}:{key}"
+
+    async def base_identity(self, base: str | None, registry: RegistryLogin | None = None) -> str:
+        text = base or self._settings.base_image
+        try:
+            ref = ImageRef.parse(text)
+        except ValueError as exc:
+            raise BaseRefused(str(exc)) from None
+        creds = None
+        if registry is not None and host_of(registry.server) == ref.registry:
+            creds = registry.credentials
+        try:
+            digest = await self.registry.digest(ref, creds)
+        except RegistryAuthError as exc:
+            if creds is None and self.registry.credentials_for(ref.registry) is not None:
+                # The platform's own credentials were refused: the operator's to fix.
+                raise BackendUnavailable(f"cannot read the base image {text}: {exc}") from None
+            raise BaseRefused(f"cannot read the base image {text}: {exc}") from None
+        except RegistryError as exc:
+            raise BackendUnavailable(f"cannot resolve the base image {text}: {exc}") from None
+        if digest is None:
+            raise BaseRefused(f"the base image {text} does not exist (the registry has no such manifest)")
+        return str(ref.with_digest(digest))
+
+    async def lookup(self, key: str, *, touch: bool) -> Published | None:
+        try:
+            found = await self.registry.exists(self._target.with_tag(key))
+        except RegistryError as exc:
+            raise BackendUnavailable(f"cannot look up {self.image_of(key)}: {exc}") from None
+        return Published({"image": self.image_of(key)}, "") if found else None
+
+    # -- building --------------------------------------------------------------------
+
+    def plan(self, request: BuildRequest) -> manifests.KanikoBuild:
+        """The manifests' input for `request` (whose base_ref base_identity resolved)."""
+        if request.base_ref is None:
+            raise ValueError("a Kaniko build needs the base resolved by base_identity")
+        return manifests.KanikoBuild(
+            build_id=request.build_id,
+            key=request.key,
+            owner=request.owner,
+            base=request.base_ref,
+            destination=self.image_of(request.key),
+            cache_repo=self._cache_repo,
+            requirements=request.requirements,
+            builder_version=self.version,
+            settings=self._settings,
+            index=self._index,
+            timeout_seconds=self._timeout,
+        )
+
+    def docker_config(self, request: BuildRequest) -> str:
+        """The build's config.json: the user's credentials for a private base, and the
+        push credentials (which win for the push registry)."""
+        entries: dict[str, Credentials] = {}
+        if request.registry is not None:
+            entries[request.registry.server] = request.registry.credentials
+        entries.update(self._push)
+        return dockerconfigjson(entries)
+
+    async def build(self, request: BuildRequest) -> Outcome:
+        started = time.monotonic()
+        with open(self._logs.path(request.build_id), "ab", buffering=0) as out:  # noqa: ASYNC230 - local append
+            try:
+                build = self.plan(request)
+                say(out, f"build {request.build_id} of key {request.key}")
+                say(out, f"FROM {build.base}; pushing {build.destination}")
+                async with asyncio.timeout(self._timeout):
+                    await self._run(build, self.docker_config(request), out)
+                elapsed = time.monotonic() - started
+                say(out, f"pushed {build.destination} in {elapsed:.1f} s")
+                return Outcome(True, f"built in {elapsed:.1f} s", {"image": build.destination})
+            except _Failed as exc:
+                say(out, f"build failed: {exc}")
+                return Outcome(False, str(exc))
+            except TimeoutError:
+                reason = f"the build took longer than {self._timeout:g} s and was stopped"
+                say(out, f"stopped: {reason}")
+                return Outcome(False, reason)
+            except KubeError as exc:
+                reason = f"the cluster refused the build: {exc}"
+                say(out, f"build failed: {reason}")
+                return Outcome(False, reason)
+            except asyncio.CancelledError:
+                say(out, "stopped: the builder service is stopping; nothing was published")
+                raise
+            finally:
+                # Shielded: a stopping service still removes the build's Job and Secret.
+                await asyncio.shield(self._remove(request.build_id))
+
+    async def _run(self, build: manifests.KanikoBuild, config_json: str, out: BinaryIO) -> None:
+        namespace = self._settings.namespace
+        context = manifests.context_config_map(build)
+        secret = manifests.docker_config_secret(build, config_json)
+        await self._create(context)
+        await self._create(secret)
+        job = await self._create(manifests.build_job(build))
+        # Owned by the Job from now on: deleting it (or its TTL) removes them too.
+        for kind, obj in (("ConfigMap", context), ("Secret", secret)):
+            await self.kube.patch(kind, namespace, obj["metadata"]["name"], manifests.owned_by(job))
+        say(out, f"Job {namespace}/{job['metadata']['name']} created")
+        pod = await self._executor_started(build.build_id, out)
+        start = os.fstat(out.fileno()).st_size
+        terminated = await self._copy_log(pod, out)
+        code = int(terminated.get("exitCode", -1))
+        if code != 0:
+            raise _Failed(self._failure(terminated, code, Path(out.name), start))
+        try:
+            pushed = await self.registry.exists(self._target.with_tag(build.key))
+        except RegistryError as exc:
+            raise _Failed(f"Kaniko finished, but the registry cannot confirm the push: {exc}") from None
+        if not pushed:
+            raise _Failed(f"Kaniko finished, but the registry has no {build.destination}")
+
+    async def _create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.kube.create(manifest)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            meta = manifest["metadata"]
+            existing = await self.kube.get(manifest["kind"], meta["namespace"], meta["name"])
+            if existing is None:
+                raise
+            return existing  # created by an earlier attempt of this same build
+
+    async def _executor_started(self, build_id: str, out: BinaryIO) -> str:
+        """The build pod's name once the executor runs (or ended); _Failed when the pod
+        fails before it. What it waits for is said in the log, once each."""
+        namespace = self._settings.namespace
+        said: set[str] = set()
+
+        def note(text: str) -> None:
+            if text not in said:
+                said.add(text)
+                say(out, text)
+
+        while True:
+            pods = await self.kube.list("Pod", namespace, selector=f"{manifests.LABEL_BUILD}={build_id}")
+            items = sorted(
+                pods.get("items") or [], key=lambda p: str(p["metadata"].get("creationTimestamp", ""))
+            )
+            if items:
+                pod = items[-1]
+                name = pod["metadata"]["name"]
+                status = pod.get("status") or {}
+                for init in status.get("initContainerStatuses") or []:
+                    ended = (init.get("state") or {}).get("terminated")
+                    if ended and int(ended.get("exitCode", 0)) != 0:
+                        raise _Failed(f"preparing the build context failed (exit {ended.get('exitCode')})")
+                executor = _container(status, manifests.EXECUTOR)
+                state = (executor or {}).get("state") or {}
+                if "running" in state or "terminated" in state:
+                    note(f"pod {name}: the executor started")
+                    return name
+                if status.get("phase") == "Failed":
+                    raise _Failed(f"the build pod failed before Kaniko started: {status.get('reason') or ''}")
+                for container in (*(status.get("initContainerStatuses") or []), executor or {}):
+                    waiting = (container.get("state") or {}).get("waiting") or {}
+                    if waiting.get("reason") and waiting["reason"] not in (
+                        "PodInitializing",
+                        "ContainerCreating",
+                    ):
+                        what = f"{waiting['reason']} {waiting.get('message', '')}".rstrip()
+                        note(f"pod {name}: {container.get('name')} waits: {what}")
+                for condition in status.get("conditions") or []:
+                    if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                        note(f"pod {name} is not scheduled yet: {condition.get('message', '')}")
+            else:
+                job = await self.kube.get("Job", namespace, manifests.job_name(build_id))
+                if job is None:
+                    raise _Failed("the build's Job was deleted from outside")
+                for condition in (job.get("status") or {}).get("conditions") or []:
+                    if condition.get("type") == "Failed" and condition.get("status") == "True":
+                        raise _Failed(f"the build's Job failed: {condition.get('message', '')}")
+            await asyncio.sleep(self._poll)
+
+    async def _copy_log(self, pod: str, out: BinaryIO) -> dict[str, Any]:
+        """Append the executor's log to `out` until it ends; its terminated state."""
+        namespace = self._settings.namespace
+        written, delay, ends_line = 0, self._poll, True
+        while True:
+            broke = False
+            try:
+                async for chunk in self.kube.follow_log(namespace, pod, manifests.EXECUTOR, skip=written):
+                    out.write(chunk)
+                    written += len(chunk)
+                    ends_line = chunk.endswith(b"\n")
+            except KubeError as exc:
+                broke = True
+                log.warning("build_log_stream_broke", pod=pod, error=str(exc), retry_in=round(delay, 2))
+            current = await self.kube.get("Pod", namespace, pod)
+            if current is None:
+                raise _Failed("the build pod was deleted before Kaniko finished")
+            state = (_container(current.get("status") or {}, manifests.EXECUTOR) or {}).get("state") or {}
+            if "terminated" in state and not broke:
+                if not ends_line:
+                    out.write(b"\n")
+                return dict(state["terminated"])
+            if broke or "terminated" not in state:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _failure(self, terminated: dict[str, Any], code: int, path: Path, start: int) -> str:
+        reason = str(terminated.get("reason") or "")
+        if reason == "OOMKilled":
+            return f"Kaniko was killed: out of memory (builder.kaniko.memory is {self._settings.memory})"
+        if reason == "DeadlineExceeded":
+            return "the build's Job passed its deadline and was stopped"
+        errors = _error_lines(path, start)
+        message = f"the build failed (Kaniko exit {code})"
+        return f"{message}: {errors}" if errors else message
+
+    async def _remove(self, build_id: str) -> None:
+        namespace = self._settings.namespace
+        for kind, name in (
+            ("Job", manifests.job_name(build_id)),
+            ("Secret", manifests.secret_name(build_id)),
+            ("ConfigMap", manifests.job_name(build_id)),
+        ):
+            try:
+                await self.kube.delete(kind, namespace, name)
+            except KubeError as exc:
+                log.warning("build_objects_not_removed", build=build_id, kind=kind, error=str(exc))
+
+    # -- after a restart ------------------------------------------------------------
+
+    async def recover(self, interrupted: Collection[str]) -> None:
+        namespace = self._settings.namespace
+        leftover = set(interrupted)
+        try:
+            jobs = await self.kube.list("Job", namespace, selector=manifests.build_selector())
+        except KubeError as exc:
+            log.warning("build_jobs_not_listed", error=str(exc))
+            jobs = {"items": []}
+        for job in jobs.get("items") or []:
+            build_id = (job["metadata"].get("labels") or {}).get(manifests.LABEL_BUILD)
+            if build_id:
+                leftover.add(build_id)
+        for build_id in sorted(leftover):
+            await self._remove(build_id)
+        for build_id in interrupted:
+            path = self._logs.path(build_id)
+            if path.exists():
+                with open(path, "ab") as out:  # noqa: ASYNC230 - local append
+                    say(out, "build failed: the builder restarted during this build; its Job was removed")
+        if leftover:
+            log.info("interrupted_builds_removed", count=len(leftover))
+
+    # -- the size cap: the registry's retention rules apply --------------------------
+
+    async def entries(self) -> list[CacheEntry]:
+        return []
+
+    async def evict(self, key: str, *, unless_used_after: float) -> bool:
+        return False
+
+    # -- logs ------------------------------------------------------------------------
+
+    def logs(
+        self, log_id: str, query: LogQuery, finished: Callable[[], Awaitable[bool]]
+    ) -> AsyncGenerator[list[LogLine], None]:
+        return self._logs.read(log_id, query, finished)
+
+
+def _container(status: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("containerStatuses") or [] if c.get("name") == name), None)
+
+
+def _error_lines(path: Path, start: int) -> str:
+    """pip's last `ERROR:` lines and Kaniko's last error line, from `start` on."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        f.seek(max(start, end - 256 * 1024))
+        text = f.read().decode("utf-8", errors="replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        pip = [line for line in lines if line.startswith("ERROR:")][-REASON_LINES:]
+        kaniko = [line for line in lines if _KANIKO_ERROR.match(line) and not line.startswith("ERROR:")][-1:]
+        quoted = " | ".join(pip + kaniko) or " | ".join(lines[-REASON_LINES:])
+        return quoted if len(quoted) <= REASON_CHARS else "…" + quoted[-REASON_CHARS:]
+    return ""
