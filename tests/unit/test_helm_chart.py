@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import importlib.util
 import os
 import subprocess
 import sys
@@ -30,11 +29,7 @@ from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "paddlecloud"
 HELM = Path(sys.executable).parent / "helm"
-# The kaniko builder's set renders where the builder declares its rights (its own branch).
-KANIKO = importlib.util.find_spec("paddlecloud.builder.rbac") is not None
-VALUES_SETS = sorted(
-    p.name for p in (CHART / "ci").glob("*-values.yaml") if KANIKO or p.name != "kaniko-values.yaml"
-)
+VALUES_SETS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 SETS = [None, *VALUES_SETS]  # None: the chart's defaults
 SERVICES = ("gateway", "jobs", "pfs", "builder")
 RELEASE = "pc"
@@ -351,9 +346,8 @@ def test_shared_mode_has_only_a_role_in_the_jobs_namespace() -> None:
     assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding")
 
 
-@pytest.mark.skipif(not KANIKO, reason="this checkout's builder has no kaniko backend")
 def test_the_kaniko_builder_gets_the_role_its_code_declares() -> None:
-    from paddlecloud.builder import rbac as builder_rbac  # type: ignore[attr-defined, unused-ignore]
+    from paddlecloud.builder import rbac as builder_rbac
 
     objects = render("kaniko-values.yaml")
     role = one(objects, "Role", f"{RELEASE}-paddlecloud-builder")
@@ -363,15 +357,6 @@ def test_the_kaniko_builder_gets_the_role_its_code_declares() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-builder", "namespace": NAMESPACE}
     ]
-
-
-def test_without_the_builders_rights_the_kaniko_backend_is_refused() -> None:
-    if KANIKO:
-        pytest.skip("this checkout's builder declares its rights")
-    result = helm(
-        "template", RELEASE, str(CHART), "-f", str(CHART / "ci" / "kaniko-values.yaml"), check=False
-    )
-    assert result.returncode != 0 and "no rights for the kaniko builder" in result.stderr
 
 
 @pytest.mark.parametrize("values", SETS)
