@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 import aiohttp
 import structlog
 
-from paddlecloud.common.config import Config
+from paddlecloud.common.config import Config, ConfigError
 from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, read_auths
 from paddlecloud.common.kube import Kube, KubeError
 
@@ -106,9 +106,9 @@ class KanikoBuildBackend(BuildBackend):
                 self._push = read_auths(text)
             except (OSError, ValueError) as exc:
                 why = exc.strerror if isinstance(exc, OSError) else str(exc)
-                raise RuntimeError(f"builder.kaniko.auth_file {auth_file}: {why}") from None
+                raise ConfigError(f"builder.kaniko.auth_file {auth_file}: {why}") from None
             if self._registry_host not in self._push:
-                raise RuntimeError(
+                raise ConfigError(
                     f"builder.kaniko.auth_file {auth_file} holds no credentials for {self._registry_host} "
                     f"(it has: {', '.join(sorted(self._push)) or 'none'})"
                 )
