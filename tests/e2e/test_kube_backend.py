@@ -301,6 +301,10 @@ def test_two_users_land_in_two_namespaces_with_their_quotas(
         lambda: kube.list("resourcequotas", alice)[0]["spec"]["hard"]["requests.cpu"] in ("2", "2000m"),
         "the new quota in alice's namespace",
     )
+    # A deleted user's namespace goes, with everything in it.
+    server.cli("users", "delete", "bob")
+    wait(lambda: kube.get("namespaces", None, bob) is None, "bob's namespace to be deleted")
+    assert kube.get("namespaces", None, alice) is not None
 
 
 def test_dry_run_prints_every_object_as_yaml_and_nothing_is_created(

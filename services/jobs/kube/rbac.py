@@ -49,7 +49,11 @@ class Permission:
 
 PERMISSIONS: tuple[Permission, ...] = (
     Permission(
-        "", "namespaces", ("get", "create", "patch"), "cluster", "a namespace per user, made on first use"
+        "",
+        "namespaces",
+        ("get", "create", "patch", "delete"),
+        "cluster",
+        "a namespace per user, made on first use and deleted with the user",
     ),
     Permission(
         "",
