@@ -1078,13 +1078,13 @@ def test_rbac_is_least_privilege(mode: rbac.Mode) -> None:
         assert all(p.scope == "namespaced" for p in rbac.permissions(mode))
         assert ("", "namespaces") not in granted
     else:
-        assert granted[("", "namespaces")] == {"get", "create", "patch"}
+        assert granted[("", "namespaces")] == {"get", "create", "patch", "delete"}
 
 
 def test_allowed_answers_for_recorded_requests() -> None:
     assert rbac.allowed("create", "", "namespaces", False, "per-user")
     assert not rbac.allowed("create", "", "namespaces", False, "shared")
-    assert not rbac.allowed("delete", "", "namespaces", False, "per-user")
+    assert rbac.allowed("delete", "", "namespaces", False, "per-user")  # a deleted user's
     assert not rbac.allowed("list", "", "namespaces", False, "per-user")
     assert rbac.allowed("create", "batch", "jobs", True, "shared")
     assert rbac.allowed("watch", "", "pods", False, "per-user"), (
