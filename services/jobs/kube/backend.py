@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import time
@@ -500,7 +501,9 @@ class KubernetesBackend(Backend):
         new_cursor = _encode_reported(reported)
         state, reason, started, finished = self._judge(job, owner, trainers, pods, attempts)
         if state in TERMINAL_STATES and job.id not in self._finishing:
-            self._finishing[job.id] = asyncio.create_task(self._finish(job), name=f"kube-finish-{job.name}")
+            task = asyncio.create_task(self._finish(job), name=f"kube-finish-{job.name}")
+            self._finishing[job.id] = task
+            task.add_done_callback(functools.partial(self._finished, job.id))
         return Observation(state, reason, started, finished, tuple(events), new_cursor)
 
     def _judge(
@@ -753,6 +756,9 @@ class KubernetesBackend(Backend):
             for attempt in items:
                 await self._keep(job.id, attempt)
 
+    def _finished(self, job_id: str, _: asyncio.Task[None]) -> None:
+        self._finishing.pop(job_id, None)
+
     async def _finish(self, job: Job) -> None:
         """The job is final: keep its logs, then delete its objects; again, backing off,
         while the API server fails (a restart's sweep finishes it otherwise)."""
@@ -809,10 +815,7 @@ class KubernetesBackend(Backend):
 
     async def _final(self, job: Job) -> bool:
         current = await self._store.get_job_by_id(job.id)
-        return current is None or (current.state in TERMINAL_STATES and job.id not in self._finishing_now())
-
-    def _finishing_now(self) -> set[str]:
-        return {job_id for job_id, task in self._finishing.items() if not task.done()}
+        return current is None or (current.state in TERMINAL_STATES and job.id not in self._finishing)
 
     async def _read_worker(
         self,
@@ -871,6 +874,8 @@ class KubernetesBackend(Backend):
     def forget(self, job: Job) -> None:
         self._refusals.pop(job.id, None)
         self._stopped.discard(job.id)
+        if job.id not in self._finishing:  # else _finish drops it when it is done
+            self._kept.pop(job.id, None)
 
     async def remove(self, job: Job) -> None:
         if job.backend:
