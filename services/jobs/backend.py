@@ -1,4 +1,4 @@
-"""The interface every jobs backend implements: local processes now, Kubernetes later.
+"""The interface every jobs backend implements: local processes (local/) and Kubernetes (kube/).
 
 The jobs service owns the store, the spec, quota and the HTTP API; a backend only runs
 what it is given and reports what it sees. Five operations:
@@ -12,8 +12,10 @@ what it is given and reports what it sees. Five operations:
 - `logs(job, ...)`: lines with opaque, resumable cursors; a follow ends when the job is
   final and every line was sent.
 
-`remove(job)` forgets the job's files or objects (`kill -rm`). A Kubernetes backend maps
-the same calls onto a StatefulSet, an Indexed Job and watches; nothing above changes.
+`remove(job)` forgets the job's files or objects (`kill -rm`). The kubernetes backend maps
+the same calls onto a StatefulSet, an Indexed Job and watches; nothing above changes. A
+few optional hooks serve restarts and dry runs: `adopt` and `sweep` after a restart,
+`preview` for `submit --dry-run`, `forget_user` when a user is deleted.
 """
 
 from __future__ import annotations
