@@ -9,6 +9,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,13 @@ from test_jobs_api import start_jobs
 
 from kube_fake import FakeKube, PodScript
 from paddlecloud.common.keys import STORE
-from paddlecloud.common.store import Job
+from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import PENDING
 from paddlecloud.jobs.app import create_app as create_jobs
+from paddlecloud.jobs.backend import Launch
+from paddlecloud.jobs.kube.backend import KubernetesBackend
 from paddlecloud.jobs.kube.names import LABEL_JOB_ID, job_labels, namespace_for
+from paddlecloud.jobs.spec import JobSpec
 from support import make_config
 
 NS = namespace_for("alice", "paddle-")
@@ -114,3 +118,44 @@ async def test_a_new_service_adopts_starts_and_sweeps(
         lambda: not kube.list("configmaps", NS, selector=f"{LABEL_JOB_ID}={'0' * 32}"), "the sweep"
     )
     assert kube.get("configmaps", NS, "forgotten") is None
+
+
+async def test_a_job_the_watch_has_not_shown_yet_is_not_failed(tmp_path: Path, kube: FakeKube) -> None:
+    """The owner just created may not be in the watch cache yet: observe asks the API
+    server before it calls the job's objects deleted, and only then fails it."""
+    kube.script = lambda pod: PodScript(run_seconds=None)
+    config = make_config(
+        tmp_path,
+        pfs={"datacenter": "dc1"},
+        jobs={"backend": "kubernetes", "kubernetes": kube_settings(tmp_path, kube)},
+    )
+    store = open_store(config.store_url())
+    await store.open()
+    backend = KubernetesBackend(config, store)
+    await backend.open()
+    try:
+        # The ConfigMap watch stops: the cache will not see the owner this test creates.
+        configmaps = backend._informers["ConfigMap"]
+        next(t for t in backend._tasks if t.get_name() == "kube-watch-ConfigMap").cancel()
+        spec = JobSpec.model_validate({"name": "fresh", "package": "/pfs/dc1/home/alice/pkg"})
+        job = Job(id="a" * 32, owner="alice", name="fresh", state=PENDING, spec=spec.to_dict())
+        launch = Launch(
+            job=job,
+            spec=spec,
+            datacenter="dc1",
+            pfs_home="/pfs/dc1/home/alice",
+            output="/pfs/dc1/home/alice/jobs/fresh/output",
+            package="/pfs/dc1/home/alice/pkg",
+            package_kind="dir",
+        )
+        started = replace(job, backend=await backend.start(launch))
+        assert not configmaps.of_job(job.id)
+        observed = await backend.observe(started, None)
+        assert observed.state == PENDING, observed
+        # Once the owner is really gone, the job fails, saying so.
+        kube.delete("configmaps", NS, "fresh")
+        observed = await backend.observe(started, None)
+        assert observed.state == "FAILED" and "deleted outside PaddleCloud" in observed.reason
+    finally:
+        await backend.close()
+        await store.close()

@@ -496,6 +496,8 @@ class KubernetesBackend(Backend):
         if not self._is_synced():
             return Observation(job.state, job.reason, cursor=cursor)
         owner, trainers, pods = self._objects(job)
+        if owner is None and not await self._owner_gone(job):
+            return Observation(job.state, job.reason, cursor=cursor)  # the watch has yet to show it
         attempts = attempts_of(pods)
         events = self._new_events(attempts, reported)
         new_cursor = _encode_reported(reported)
@@ -505,6 +507,16 @@ class KubernetesBackend(Backend):
             self._finishing[job.id] = task
             task.add_done_callback(functools.partial(self._finished, job.id))
         return Observation(state, reason, started, finished, tuple(events), new_cursor)
+
+    async def _owner_gone(self, job: Job) -> bool:
+        """Whether the job's owner is really gone, asked of the API server itself: the cache
+        may not have seen a just-created owner yet, and must not fail a job for that."""
+        namespace = job.backend.get("namespace") or self.namespace(job.owner)
+        try:
+            owner = await self.kube.get("ConfigMap", namespace, owner_name(job.name))
+        except KubeError:
+            return False
+        return owner is None or (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID) != job.id
 
     def _judge(
         self,
