@@ -34,6 +34,7 @@ realm of its own (copied into place: docs/storage.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -252,6 +253,28 @@ async def cli_from_file_response(
     return seconds
 
 
+@contextlib.contextmanager
+def logged_in_server(cli: list[str], env: dict[str, str], data_dir: Path, *extra: str) -> Iterator[None]:
+    """`paddlecloud server` on `data_dir`, its admin logged in, stopped (SIGTERM) after."""
+    server = subprocess.Popen(
+        [*cli, "server", "--data-dir", str(data_dir), "--port", "0", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            if line.startswith("Press Ctrl-C"):
+                break
+        subprocess.run([*cli, "login"], env=env, check=True, stdout=subprocess.DEVNULL)
+        yield
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -312,19 +335,7 @@ def main() -> None:
         env["HOME"] = str(work / "home")
         startup = timed([*cli, "--help"], env)
 
-        server = subprocess.Popen(
-            [*cli, "server", "--data-dir", str(work / "data"), "--port", "0"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert server.stdout is not None
-            for line in server.stdout:
-                if line.startswith("Press Ctrl-C"):
-                    break
-            subprocess.run([*cli, "login"], env=env, check=True, stdout=subprocess.DEVNULL)
+        with logged_in_server(cli, env, work / "data"):
             # Each round measures every row once, in the same order, each step starting from
             # a flushed disk and a source evicted from the page cache.
             for round_ in range(ROUNDS):
@@ -363,9 +374,6 @@ def main() -> None:
                     settle(downloaded)
                 subprocess.run([*cli, "rm", remote], env=env, check=True, stdout=subprocess.DEVNULL)
                 settle()
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=60)
 
     print(
         f"1 GiB of random bytes, {ROUNDS} rounds (PADDLECLOUD_BENCH_PFS_ROUNDS), each step from a "
@@ -418,28 +426,7 @@ def cephfs_rows(cli: list[str], width: int) -> None:
             env["HOME"] = str(work / "home")
             settings = work / "server.yaml"
             settings.write_text(yaml.safe_dump({"pfs": {"root": str(mount / "pfs")}}))
-            server = subprocess.Popen(
-                [
-                    *cli,
-                    "server",
-                    "--data-dir",
-                    str(work / "data"),
-                    "--port",
-                    "0",
-                    "--server-config",
-                    str(settings),
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            try:
-                assert server.stdout is not None
-                for line in server.stdout:
-                    if line.startswith("Press Ctrl-C"):
-                        break
-                subprocess.run([*cli, "login"], env=env, check=True, stdout=subprocess.DEVNULL)
+            with logged_in_server(cli, env, work / "data", "--server-config", str(settings)):
                 for baseline, row in ((cp, up), (cp_again, realm)):
                     if row is realm:
                         quota = [*cli, "users", "quota", "admin", "-storage", "100Gi"]
@@ -464,9 +451,6 @@ def cephfs_rows(cli: list[str], width: int) -> None:
                     assert cephfs.quota_of(home) == 100 * SIZE, "the quota row ran without a Ceph quota"
                 finally:
                     os.close(home)
-            finally:
-                server.send_signal(signal.SIGTERM)
-                server.wait(timeout=60)
     finally:
         subprocess.run([str(script), "down", str(cluster)], check=False)
     print(f"CephFS: single-node cluster, ceph-fuse, {ROUNDS} rounds; the source on the local disk")

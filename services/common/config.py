@@ -30,6 +30,16 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names the offending key."""
 
 
+def _section_text(value: Any) -> Any:
+    """A nested section given as one environment variable: its YAML (or JSON) text."""
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"not YAML: {exc}") from None
+    return value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -228,16 +238,8 @@ class JobsSection(ServiceSection):
     # `nvidia-smi -L` lists. PADDLECLOUD_JOBS_GPUS takes a comma-separated list.
     gpus: tuple[str, ...] | None = None
 
-    @field_validator("kubernetes", mode="before")
-    @classmethod
-    def _kubernetes_text(cls, value: Any) -> Any:
-        # PADDLECLOUD_JOBS_KUBERNETES carries the whole section as YAML (or JSON).
-        if isinstance(value, str):
-            try:
-                return yaml.safe_load(value) or {}
-            except yaml.YAMLError as exc:
-                raise ValueError(f"not YAML: {exc}") from None
-        return value
+    # PADDLECLOUD_JOBS_KUBERNETES carries the whole section as YAML (or JSON).
+    _kubernetes_text = field_validator("kubernetes", mode="before")(_section_text)
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -362,16 +364,8 @@ class BuilderSection(ServiceSection):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
-    @field_validator("kaniko", mode="before")
-    @classmethod
-    def _kaniko_text(cls, value: Any) -> Any:
-        # PADDLECLOUD_BUILDER_KANIKO carries the whole section as YAML (or JSON).
-        if isinstance(value, str):
-            try:
-                return yaml.safe_load(value) or {}
-            except yaml.YAMLError as exc:
-                raise ValueError(f"not YAML: {exc}") from None
-        return value
+    # PADDLECLOUD_BUILDER_KANIKO carries the whole section as YAML (or JSON).
+    _kaniko_text = field_validator("kaniko", mode="before")(_section_text)
 
     @model_validator(mode="after")
     def _kaniko_complete(self) -> BuilderSection:

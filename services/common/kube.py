@@ -97,6 +97,16 @@ async def _read(response: aiohttp.ClientResponse, what: str) -> bytes:
         response.release()
 
 
+async def _refuse_unless_ok(response: aiohttp.ClientResponse, what: str) -> None:
+    """A stream's answer: KubeError (Gone for 410) with the API's Status unless it is 200."""
+    if response.status != 200:
+        try:
+            body = await response.json(content_type=None)
+        except (ValueError, aiohttp.ClientError):
+            body = None
+        raise _error(response.status, body, what)
+
+
 class Kube:
     """One connection to one API server. `await Kube.connect(settings)`, then calls."""
 
@@ -267,12 +277,7 @@ class Kube:
         timeout = aiohttp.ClientTimeout(connect=self._timeout, sock_read=self._watch_timeout + self._timeout)
         response = await self._call("GET", RESOURCES[kind].path(namespace), query=query, limit=timeout)
         try:
-            if response.status != 200:
-                try:
-                    body = await response.json(content_type=None)
-                except (ValueError, aiohttp.ClientError):
-                    body = None
-                raise _error(response.status, body, what)
+            await _refuse_unless_ok(response, what)
             while True:
                 try:
                     line = await response.content.readline()
@@ -333,12 +338,7 @@ class Kube:
         timeout = aiohttp.ClientTimeout(connect=self._timeout, sock_read=None)
         response = await self._call("GET", path, query=query, limit=timeout)
         try:
-            if response.status != 200:
-                try:
-                    body = await response.json(content_type=None)
-                except (ValueError, aiohttp.ClientError):
-                    body = None
-                raise _error(response.status, body, f"log of {pod}")
+            await _refuse_unless_ok(response, f"log of {pod}")
             while True:
                 try:
                     chunk = await response.content.readany()

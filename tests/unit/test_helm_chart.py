@@ -24,7 +24,7 @@ import yaml
 from kube_fake import FakeKube
 from paddlecloud.common.config import BuilderSection, Config, load_config
 from paddlecloud.jobs.kube import rbac
-from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION
+from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, volume_source
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "paddlecloud"
@@ -259,20 +259,8 @@ def test_pfs_mounts_the_volume_job_pods_get(tmp_path: Path) -> None:
         (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "pfs"]
         assert mount["mountPath"] == f"/pfs/{dc}" == yaml.safe_load(text)["pfs"]["root"]
         (volume,) = [v for v in pod["volumes"] if v["name"] == "pfs"]
-        if described.kind == "cephfs":
-            expected: dict[str, Any] = {
-                "cephfs": {
-                    "monitors": list(described.monitors),
-                    "path": described.path,
-                    "user": described.user,
-                    "secretRef": {"name": described.secret_name},
-                }
-            }
-        elif described.kind == "pvc":
-            expected = {"persistentVolumeClaim": {"claimName": described.claim_name}}
-        else:
-            expected = {"hostPath": {"path": described.host_path, "type": "Directory"}}
-        assert {k: v for k, v in volume.items() if k != "name"} == expected, values
+        # pfs mounts exactly what job pods mount (the jobs backend's own mapping).
+        assert {k: v for k, v in volume.items() if k != "name"} == volume_source(described), values
     kinds = {
         yaml.safe_load(config_text(render(v)))["jobs"]["kubernetes"]["datacenters"].popitem()[1]["kind"]
         for v in SETS

@@ -656,7 +656,11 @@ def _volume(plan: JobPlan) -> DatacenterVolume:
 
 
 def _pfs_volume(plan: JobPlan) -> dict[str, Any]:
-    volume = _volume(plan)
+    return {"name": PFS_VOLUME, **volume_source(_volume(plan))}
+
+
+def volume_source(volume: DatacenterVolume) -> dict[str, Any]:
+    """A datacenter's PFS root as a pod volume's source (the chart mounts pfs's the same)."""
     if volume.kind == "cephfs":
         source: dict[str, Any] = {
             "cephfs": {
@@ -671,7 +675,7 @@ def _pfs_volume(plan: JobPlan) -> dict[str, Any]:
     else:
         # Directory: a node without the PFS mounted fails the pod, never gets an empty one.
         source = {"hostPath": {"path": volume.host_path, "type": "Directory"}}
-    return {"name": PFS_VOLUME, **source}
+    return source
 
 
 def _pfs_mounts(plan: JobPlan) -> list[dict[str, Any]]:
