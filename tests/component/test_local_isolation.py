@@ -68,7 +68,8 @@ async def test_a_worker_that_allocates_past_its_memory_is_killed_and_told_why(jo
 async def test_limits_and_their_absence_are_said_in_the_quota(
     tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
-    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, limits="off")
+    # No GPUs configured, so the figures below do not depend on the machine's own.
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, limits="off", gpus=[])
     quota = await (await jobs.call("GET", "quota")).json()
     assert quota["machine"]["limits"] == "advisory"
     assert "not enforced" in quota["machine"]["limits_detail"]
@@ -155,8 +156,9 @@ async def test_any_gpu_on_a_machine_without_gpus_is_refused(jobs: Jobs) -> None:
 async def test_a_one_gpu_trainer_sees_one_device_and_torch_runs_a_step_on_it(jobs: Jobs) -> None:
     pytest.importorskip("torch")
     program = """\
-import torch
-print("count", torch.cuda.device_count(), flush=True)
+import os, torch
+print("count", torch.cuda.device_count(), "local rank", os.environ["LOCAL_RANK"], flush=True)
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # the usual DDP line: its own GPU
 x = torch.randn(64, 64, device="cuda")
 print("step", float((x @ x).sum().item()) == float((x @ x).sum().item()), flush=True)
 """
@@ -165,4 +167,4 @@ print("step", float((x @ x).sum().item()) == float((x @ x).sum().item()), flush=
     job = await jobs.wait("cuda", ("SUCCEEDED", "FAILED"), timeout=300)
     text = await jobs.logs("cuda")
     assert job["state"] == "SUCCEEDED", (job["reason"], text)
-    assert "[trainer-0] count 1" in text and "[trainer-0] step True" in text
+    assert "[trainer-0] count 1 local rank 0" in text and "[trainer-0] step True" in text

@@ -837,7 +837,7 @@ HOST_KEYS = {
 # - NAMESPACE: "" locally (there is none), the job's namespace on Kubernetes;
 # - TRAINER_PACKAGE: the package's path locally, the unpacked copy (/job/work) in a pod;
 # - LOCAL_RANK, LOCAL_WORLD_SIZE: locally every trainer shares the machine (its rank, the
-#   trainer count); in a pod it is alone (0, 1);
+#   trainer count) unless it holds GPUs; in a pod it is alone (0, 1);
 # - DEVICE_ENV for a GPU trainer: locally the GPUs it holds; on Kubernetes the device
 #   plugin sets NVIDIA_VISIBLE_DEVICES itself, so neither key is in the manifest.
 OTHER_KEYS = {"NAMESPACE", "TRAINER_PACKAGE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
@@ -904,7 +904,9 @@ def test_the_environment_is_the_local_backends(pservers: int, gpu: int) -> None:
         assert kube["TRAINER_PACKAGE"] == "/job/work" and expected["TRAINER_PACKAGE"] == plan.launch.package
         if role == "trainer":
             assert (kube["LOCAL_RANK"], kube["LOCAL_WORLD_SIZE"]) == ("0", "1")
-            assert (expected["LOCAL_RANK"], expected["LOCAL_WORLD_SIZE"]) == (str(index), "3")
+            # A local GPU trainer sees only its own devices: alone among them, as in a pod.
+            alone = ("0", "1") if gpu else (str(index), "3")
+            assert (expected["LOCAL_RANK"], expected["LOCAL_WORLD_SIZE"]) == alone
 
 
 def dns(service: str, index: int) -> str:

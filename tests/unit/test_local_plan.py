@@ -133,6 +133,20 @@ def test_pytorch_style_for_trainers() -> None:
         assert env["LOCAL_WORLD_SIZE"] == "3"
 
 
+def test_a_gpu_trainer_sees_only_its_own_devices_and_is_local_rank_0_among_them() -> None:
+    # `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` must pick the trainer's own
+    # GPU: with only its devices visible, trainer-2 asking for cuda:2 would fail.
+    held = {"trainer-0": ["3"], "trainer-1": ["1"], "trainer-2": ["0"]}
+    plan = make_plan(use_gpu=True, devices_per_trainer=1, devices=held)
+    for worker in plan.trainers:
+        env = worker.env
+        assert env["CUDA_VISIBLE_DEVICES"] == held[worker.name][0]
+        assert (env["RANK"], env["WORLD_SIZE"]) == (str(worker.index), "3")
+        assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("0", "1")
+    for worker in plan.pservers:
+        assert worker.env["CUDA_VISIBLE_DEVICES"] == "" and "LOCAL_RANK" not in worker.env
+
+
 def test_kubeflow_paddlejob_style() -> None:
     for worker in make_plan().workers:
         env = worker.env

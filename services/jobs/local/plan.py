@@ -24,7 +24,9 @@ How the runtime contract (DESIGN §4) maps onto one machine:
   id never changes across restarts because the plan, not the launch order, fixes it.
 - The PyTorch names are given to trainers only (a parameter server with `WORLD_SIZE`
   would join a process group it is not part of). Every trainer is on this one machine,
-  so `LOCAL_RANK` = `RANK` and `LOCAL_WORLD_SIZE` = `WORLD_SIZE`.
+  so `LOCAL_RANK` = `RANK` and `LOCAL_WORLD_SIZE` = `WORLD_SIZE`, except for trainers
+  that hold GPUs: each sees only its own devices, so it gets `LOCAL_RANK` 0 and
+  `LOCAL_WORLD_SIZE` 1, as in a pod, and `cuda:LOCAL_RANK` is its own first GPU.
 - `PADDLE_NNODES` counts trainer processes and `PADDLE_MASTER` is the same rendezvous
   endpoint as `MASTER_ADDR:MASTER_PORT`; `PADDLE_JOB_ID` is the job's name.
 - The user's `env` may not redefine a contract variable (`RESERVED_ENV`): the platform's
@@ -283,15 +285,18 @@ def build_plan(
     def worker(role: Role, index: int, own_port: int) -> Worker:
         name = f"{role.value.lower()}-{index}"
         held = tuple((devices or {}).get(name, ()))
-        # Every trainer is on this one machine: its local rank is its rank.
+        # Every trainer is on this one machine: its local rank is its rank. A trainer
+        # holding GPUs sees only its own, so there it is alone, as in a pod: programs that
+        # pick `cuda:LOCAL_RANK` must get device 0, not another trainer's index.
+        alone = role is Role.TRAINER and bool(held)
         worker_env = contract_env(
             contract,
             role=role.value,
             index=str(index),
             host=host,
             port=own_port,
-            local_rank=str(index),
-            local_world_size=trainers,
+            local_rank="0" if alone else str(index),
+            local_world_size=1 if alone else trainers,
             devices=held,
         )
         memory, cpu = (resources or {}).get(role.value, (None, None))
