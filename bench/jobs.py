@@ -162,9 +162,8 @@ def check_nothing_left(platform: Platform) -> None:
         raise RuntimeError(f"processes were left running after every job was killed:\n{listing}")
 
 
-def service_pid(platform: Platform, name: str) -> int:
-    """The pid of one of the platform's services (a child of `paddlecloud server`)."""
-    assert platform.process is not None
+def child_pid(parent: int, argument: str, what: str) -> int:
+    """The pid of the child of `parent` that has `argument` among its command line's."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -173,9 +172,20 @@ def service_pid(platform: Platform, name: str) -> int:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if ppid == platform.process.pid and f"paddlecloud.{name}".encode() in cmdline:
+        if ppid == parent and argument.encode() in cmdline:
             return int(entry.name)
-    raise RuntimeError(f"no {name} service under the platform's pid {platform.process.pid}")
+    raise RuntimeError(f"no {what} under pid {parent}")
+
+
+def service_pid(platform: Platform, name: str) -> int:
+    """The pid of one of the platform's services (a child of `paddlecloud server`)."""
+    assert platform.process is not None
+    return child_pid(platform.process.pid, f"paddlecloud.{name}", f"{name} service")
+
+
+def zygote_pid(jobs_pid: int) -> int:
+    """The pid of the jobs service's supervisor zygote (started with its first job)."""
+    return child_pid(jobs_pid, "--zygote", "supervisor zygote")
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -444,19 +454,21 @@ async def throughput(platform: Platform, apis: list[Api], packages: list[str]) -
     direct_seconds = await direct_throughput(host_package, platform.env)
     after = os.times()
     direct_cpu = after.children_user + after.children_system - before.children_user - before.children_system
-    # Supervisors are the jobs service's children: once reaped, all a job's processes are in
-    # its children's time (launchers reap programs, supervisors reap launchers and mounts).
+    # Supervisors are forked by the jobs service's zygote, which reaps them: once reaped, all
+    # a job's processes are in the zygote's children's time (launchers reap programs,
+    # supervisors reap launchers and mounts); the zygote's own time is the forking.
     jobs_pid, gateway_pid = service_pid(platform, "jobs"), service_pid(platform, "gateway")
+    zygote = zygote_pid(jobs_pid)
     await supervisors_gone(platform)
-    jobs0, gateway0 = cpu_seconds(jobs_pid), cpu_seconds(gateway_pid)
+    jobs0, gateway0, zygote0 = cpu_seconds(jobs_pid), cpu_seconds(gateway_pid), cpu_seconds(zygote)
     latencies, submitted, finished = await submit_throughput(apis, packages)
     await supervisors_gone(platform)
-    jobs1, gateway1 = cpu_seconds(jobs_pid), cpu_seconds(gateway_pid)
+    jobs1, gateway1, zygote1 = cpu_seconds(jobs_pid), cpu_seconds(gateway_pid), cpu_seconds(zygote)
     cpu = CpuUse(
         direct=direct_cpu / total,
         jobs_service=(jobs1[0] - jobs0[0]) / total,
         gateway=(sum(gateway1) - sum(gateway0)) / total,
-        job_processes=(jobs1[1] - jobs0[1]) / total,
+        job_processes=(sum(zygote1) - sum(zygote0)) / total,
     )
     print_throughput(latencies, submitted, finished, direct_seconds, cpu)
 

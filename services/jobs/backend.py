@@ -21,7 +21,7 @@ few optional hooks serve restarts and dry runs: `adopt` and `sweep` after a rest
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator, Collection, Mapping
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -239,6 +239,10 @@ class Backend(abc.ABC):
     def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         """The job's log lines in batches, as they become available; BadCursor for a
         cursor that is not ours."""
+
+    def watch(self, changed: Callable[[str], None]) -> None:  # noqa: B027 - a backend may only be polled
+        """Call `changed(job_id)` when a job may have changed, so the service observes it
+        at once; a hint, on top of the poll every `jobs.poll_seconds`."""
 
     def forget(self, job: Job) -> None:  # noqa: B027 - a backend that caches nothing has nothing to drop
         """Drop whatever the backend cached about a job that is now final."""

@@ -200,6 +200,10 @@ class JobManager:
         # Jobs that wait for resources (GPUs), first submitted first: the reconcile loop
         # starts the head of the queue once it fits, and nothing behind it jumps ahead.
         self._waiting: dict[str, Launch] = {}
+        # Jobs the backend said changed since the reconcile loop last looked, and its alarm.
+        self._changed: set[str] = set()
+        self._wake = asyncio.Event()
+        backend.watch(self._job_changed)
 
     @property
     def backend(self) -> Backend:
@@ -828,27 +832,46 @@ class JobManager:
         # Whatever the backend still runs for a job that is no longer active goes.
         await self._backend.sweep(known)
 
+    def _job_changed(self, job_id: str) -> None:
+        if job_id in self._active:
+            self._changed.add(job_id)
+            self._wake.set()
+
     async def run(self) -> None:
-        """Observe active jobs forever, every `jobs.poll_seconds`."""
+        """Observe active jobs forever: each one the backend says changed at once, and
+        every one every `jobs.poll_seconds` (which also starts jobs waiting for resources)."""
+        loop = asyncio.get_running_loop()
+        next_round = loop.time()
         while True:
-            if self._waiting:
-                try:
-                    await self._start_waiting()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("start_waiting_failed")
-            for job in list(self._active.values()):
-                if self._job_lock(job.id).locked():
-                    continue  # being killed or started; the next round sees the outcome
-                try:
-                    async with self._job_lock(job.id):
-                        await self._reconcile_locked(job)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("reconcile_failed", job=job.name, owner=job.owner)
-            await asyncio.sleep(self._config.jobs.poll_seconds)
+            self._wake.clear()
+            changed, self._changed = self._changed, set()
+            if loop.time() < next_round:
+                jobs = [self._active[job_id] for job_id in changed if job_id in self._active]
+            else:
+                next_round = loop.time() + self._config.jobs.poll_seconds
+                jobs = list(self._active.values())
+                if self._waiting:
+                    try:
+                        await self._start_waiting()
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("start_waiting_failed")
+            await self._reconcile_all(jobs)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_round - loop.time()))
+
+    async def _reconcile_all(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            if self._job_lock(job.id).locked():
+                continue  # being killed or started; the next round sees the outcome
+            try:
+                async with self._job_lock(job.id):
+                    await self._reconcile_locked(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconcile_failed", job=job.name, owner=job.owner)
 
     def _job_lock(self, job_id: str) -> asyncio.Lock:
         return self._job_locks.setdefault(job_id, asyncio.Lock())

@@ -75,10 +75,12 @@ def fill(disk: Path) -> Path:
 
 
 def supervisors_of(data_dir: Path) -> list[int]:
+    """Job supervisors: forked by the zygote, each runs in its job's directory."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
         line = " ".join(proc.info["cmdline"] or [])
-        if "paddlecloud.jobs.local.supervisor" in line and str(data_dir) in line:
+        where = f"{line} {proc.info['cwd'] or ''}"
+        if "paddlecloud.jobs.local.supervisor" in line and str(data_dir) in where:
             found.append(proc.pid)
     return found
 

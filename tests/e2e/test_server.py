@@ -159,14 +159,20 @@ def test_a_jobs_processes_hold_none_of_the_platforms_sockets(server_factory: Any
     deadline = time.monotonic() + 30
     supervisors: list[psutil.Process] = []
     while not supervisors and time.monotonic() < deadline:
+        # The job's supervisor runs in its job's directory; the zygote that forked it is a
+        # child of the jobs service. Neither may hold a listening socket of the services.
         supervisors = [
             p
-            for p in psutil.process_iter(["cmdline"])
-            if "paddlecloud.jobs.local.supervisor" in (line := " ".join(p.info["cmdline"] or []))
-            and str(server.data_dir) in line
+            for p in psutil.process_iter(["cmdline", "cwd"])
+            if "paddlecloud.jobs.local.supervisor" in " ".join(p.info["cmdline"] or [])
+            and str(server.data_dir) in (p.info["cwd"] or "")
         ]
         time.sleep(0.05)
     assert supervisors, "the job's supervisor never started"
+    # Their cmdline is the zygote's (they are its forks); the zygote itself runs in /.
+    zygote = {s.ppid() for s in supervisors} - {s.pid for s in supervisors}
+    assert len(zygote) == 1 and "--zygote" in psutil.Process(*zygote).cmdline(), zygote
+    supervisors.append(psutil.Process(*zygote))
     held = {c.laddr for p in supervisors for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     assert listening and not (held & listening), (held, listening)
     assert jobs.is_running()

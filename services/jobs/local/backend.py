@@ -1,11 +1,14 @@
 """The local backend: every job runs under its own supervisor process on this machine.
 
 `start` prepares `<work_dir>/<owner>/<job id>/` (the package, unpacked if it is an
-archive; `plan.json`) and starts `python -m paddlecloud.jobs.local.supervisor` on it in a
-new session, detached from the service: a job keeps running while the jobs service is
-down, and everything the service needs to re-attach is in the directory (`state.json`
-with the supervisor's pid, `events.jsonl`, `logs/`). `observe`, `workers` and `logs` only
-read those files, so a restarted service sees exactly what the supervisor recorded.
+archive; `plan.json`) and has the zygote (`supervisor --zygote`, started with the first
+job) fork a supervisor for it in a new session, in that directory, detached from the
+service: a job keeps running while the jobs service is down, and everything the service
+needs to re-attach is in the directory (`state.json` with the supervisor's pid,
+`events.jsonl`, `logs/`). `observe`, `workers` and `logs` only read those files, so a
+restarted service sees exactly what the supervisor recorded. Supervisors name their job
+on `<work_dir>/notify.sock` whenever its state.json changes, so the reconcile loop looks
+at once instead of at its next poll.
 
 Sandboxes. Where bubblewrap is installed (`jobs.sandbox: auto`, the default) every worker
 runs in a sandbox of its own (services/common/sandbox.py) as an unprivileged uid of the
@@ -31,7 +34,7 @@ import stat
 import sys
 import tarfile
 import zipfile
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,8 @@ from .uids import UidMap, UidsExhausted
 log = structlog.get_logger(__name__)
 
 SUPERVISOR_MODULE = "paddlecloud.jobs.local.supervisor"
+# How long the zygote may take to fork a supervisor (about a millisecond when well).
+ZYGOTE_TIMEOUT_SECONDS = 10.0
 # Where a sandboxed worker sees a package that was an archive (unpacked for the job).
 PACKAGE_TARGET = "/job/package"
 
@@ -76,6 +81,74 @@ class _Seen:
 
     state_key: tuple[int, int] = (0, 0)
     state: dict[str, Any] | None = None
+
+
+class Zygote:
+    """The service's end of `supervisor --zygote`: started at the first job, asked for one
+    supervisor per job, closed with the backend (the supervisors stay)."""
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+
+    async def fork(self, job_dir: Path) -> int:
+        """The pid of a new supervisor running the job in `job_dir`; OSError if none started."""
+        path = os.fsencode(job_dir)
+        if b"\n" in path:
+            raise OSError(f"a job directory may not contain a newline: {job_dir!r}")
+        async with self._lock:
+            for _ in range(2):  # a zygote that died is started again, once
+                proc = await self._running()
+                assert proc.stdin is not None and proc.stdout is not None
+                try:
+                    proc.stdin.write(path + b"\n")
+                    await proc.stdin.drain()
+                    answer = await asyncio.wait_for(proc.stdout.readline(), ZYGOTE_TIMEOUT_SECONDS)
+                except (ConnectionError, TimeoutError) as exc:
+                    log.warning("zygote_failed", error=repr(exc))
+                    await self._stop()
+                    continue
+                if not answer:
+                    log.warning("zygote_exited", code=await proc.wait())
+                    self._proc = None
+                    continue
+                text = answer.decode(errors="replace").strip()
+                if text.isdigit():
+                    return int(text)
+                raise OSError(text.removeprefix("error: "))
+        raise OSError("the supervisor zygote does not answer")
+
+    async def _running(self) -> asyncio.subprocess.Process:
+        if self._proc is None or self._proc.returncode is not None:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                SUPERVISOR_MODULE,
+                "--zygote",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                start_new_session=True,  # our signals (Ctrl-C, the server stopping) are not its
+                close_fds=True,  # asked for, not assumed: uvloop's default differs from subprocess's
+                cwd="/",
+            )
+        return self._proc
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()  # its end of input: it exits
+        try:
+            await asyncio.wait_for(proc.wait(), ZYGOTE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
 
 
 class LocalBackend(Backend):
@@ -92,7 +165,9 @@ class LocalBackend(Backend):
             self._work_dir / "uids.json", config.jobs.sandbox_uid_base, config.jobs.sandbox_uid_count
         )
         self._gpus = GpuPool([])
-        self._children: set[asyncio.Task[None]] = set()
+        self._zygote = Zygote()
+        self._notify: socket.socket | None = None
+        self._changed: Callable[[str], None] | None = None
         self._seen: dict[str, _Seen] = {}
 
     @property
@@ -117,6 +192,7 @@ class LocalBackend(Backend):
             if self._hierarchy is None and jobs.limits == "required":
                 raise RuntimeError("jobs.limits is 'required' but this service cannot make cgroups here")
         self._gpus = GpuPool(await asyncio.to_thread(discover, jobs.gpus))
+        self._notify = self._listen(self._work_dir / "notify.sock")
         if not self._sandbox.enabled:
             log.warning(
                 "jobs_not_sandboxed",
@@ -135,10 +211,51 @@ class LocalBackend(Backend):
         )
 
     async def close(self) -> None:
-        # Only the reaping tasks: the supervisors themselves keep running.
-        for task in self._children:
-            task.cancel()
-        await asyncio.gather(*self._children, return_exceptions=True)
+        # Only the zygote and the socket: the supervisors keep running.
+        await self._zygote.close()
+        if self._notify is not None:
+            asyncio.get_running_loop().remove_reader(self._notify.fileno())
+            self._notify.close()
+            self._notify = None
+
+    # -- notifications ---------------------------------------------------------------
+
+    def watch(self, changed: Callable[[str], None]) -> None:
+        self._changed = changed
+
+    def _listen(self, path: Path) -> socket.socket | None:
+        """The socket supervisors name a job on whenever its state.json changed; None
+        where it cannot be made (the service then learns of changes by polling alone)."""
+        if len(os.fsencode(path)) >= 108:  # sun_path
+            detail = f"the socket path {path} is too long; jobs are polled"
+            log.warning("job_notifications_off", detail=detail)
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # a socket left by a service that stopped
+            sock.bind(str(path))
+            os.chmod(path, 0o600)  # the service's own supervisors; sandboxed workers are other uids
+        except OSError as exc:
+            sock.close()
+            log.warning("job_notifications_off", detail=f"cannot listen on {path}: {exc}; jobs are polled")
+            return None
+        sock.setblocking(False)
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._notified, sock)
+        return sock
+
+    def _notified(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                data = sock.recv(256)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("job_notification_failed", error=str(exc))
+                return
+            job_id = data.decode(errors="replace")
+            if self._changed is not None and job_id.isalnum():
+                self._changed(job_id)
 
     # -- resources -------------------------------------------------------------------
 
@@ -185,32 +302,20 @@ class LocalBackend(Backend):
         except (OSError, tarfile.TarError, zipfile.BadZipFile, ValueError, UidsExhausted) as exc:
             self._gpus.release(job.id)
             raise StartFailed(f"cannot prepare the job: {exc}") from exc
-        argv = [sys.executable, "-m", SUPERVISOR_MODULE, str(job_dir)]
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,  # our signals (Ctrl-C, the server stopping) are not its
-            close_fds=True,  # asked for, not assumed: uvloop's default differs from subprocess's
-            cwd=job_dir,
-        )
-        reaper = asyncio.create_task(self._reap(proc), name=f"reap-supervisor-{job.id}")
-        self._children.add(reaper)
-        reaper.add_done_callback(self._children.discard)
+        try:
+            pid = await self._zygote.fork(job_dir)
+        except OSError as exc:
+            self._gpus.release(job.id)
+            raise StartFailed(f"cannot start the job's supervisor: {exc}") from exc
         log.info(
             "job_started",
             job=job.name,
             owner=job.owner,
-            supervisor=proc.pid,
+            supervisor=pid,
             job_dir=str(job_dir),
             sandboxed=plan.sandbox is not None,
         )
-        return {"name": self.name, "job_dir": str(job_dir), "supervisor_pid": proc.pid, "gpus": given}
-
-    @staticmethod
-    async def _reap(proc: asyncio.subprocess.Process) -> None:
-        await proc.wait()
+        return {"name": self.name, "job_dir": str(job_dir), "supervisor_pid": pid, "gpus": given}
 
     def _prepare(self, launch: Launch, job_dir: Path, devices: dict[str, list[str]]) -> Plan:
         job, spec = launch.job, launch.spec
@@ -287,6 +392,7 @@ class LocalBackend(Backend):
             },
             devices=devices,
             python=python,
+            notify=str(self._work_dir / "notify.sock") if self._notify is not None else None,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:
@@ -364,7 +470,7 @@ class LocalBackend(Backend):
 
     def _supervisor_pid(self, job: Job) -> int | None:
         """The pid of the job's supervisor if it is still running (checked against its
-        command line, so a reused pid is never mistaken for it)."""
+        command line and working directory, so a reused pid is never mistaken for it)."""
         job_dir = job.backend.get("job_dir")
         pid = job.backend.get("supervisor_pid")
         state = self._read_state(job)
@@ -375,11 +481,15 @@ class LocalBackend(Backend):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             status = Path(f"/proc/{pid}/stat").read_text()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             return None
         if status.rsplit(")", 1)[-1].split()[0] == "Z":
             return None  # exited, not yet reaped
-        return pid if os.fsencode(str(job_dir)) in cmdline else None
+        # Forked by the zygote, it runs in the job's directory; started alone, it names it.
+        in_dir = cwd == os.path.realpath(job_dir)
+        ours = SUPERVISOR_MODULE.encode() in cmdline and (in_dir or os.fsencode(job_dir) in cmdline)
+        return pid if ours else None
 
     # -- observe ---------------------------------------------------------------------
 

@@ -1,7 +1,10 @@
 """Worker launcher: `python -m paddlecloud.jobs.local.launch SUPERVISOR_PID [--cgroup DIR]... -- ARGV...`.
 
 The supervisor starts every worker through this small process, which leads the
-worker's process group and stays its parent:
+worker's process group and stays its parent. The supervisor does not start a new
+interpreter for it: `fork_launcher` forks the supervisor itself and runs `run` in the
+child (about 1 ms against 20 ms and 10 ms of CPU for `python -m`, on every worker start
+and restart). The command line above does the same from a shell. The launcher:
 
 - It asks the kernel for SIGHUP when the supervisor dies (PR_SET_PDEATHSIG, Linux),
   even by SIGKILL, and then SIGKILLs its whole process group: a supervisor that cannot
@@ -27,6 +30,7 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 _PR_SET_PDEATHSIG = 1
@@ -45,7 +49,44 @@ def main(argv: list[str]) -> int:
     if not command or len(options) % 2 or any(flag != "--cgroup" for flag in options[::2]):
         print(usage, file=sys.stderr)
         return 2
-    groups = options[1::2]
+    return run(supervisor_pid, options[1::2], command, dict(os.environ))
+
+
+def fork_launcher(
+    groups: Sequence[str], command: Sequence[str], env: Mapping[str, str], cwd: str, log_fd: int
+) -> int:
+    """Fork this process (the supervisor) into a worker's launcher: its own session, `cwd`,
+    stdin from /dev/null, stdout and stderr into `log_fd`, no other descriptor of ours.
+    The child's pid; the child never returns."""
+    supervisor_pid = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 127
+    try:
+        # Nothing of the supervisor's event loop may run here: its signal wake-up and
+        # handlers go, and the descriptors it polls are closed below.
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setsid()
+        os.chdir(cwd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        code = run(supervisor_pid, list(groups), list(command), dict(env))
+    except BaseException as exc:  # the child must reach _exit, whatever happened
+        with contextlib.suppress(Exception):
+            os.write(2, f"paddlecloud: the worker's launcher failed: {exc!r}\n".encode())
+    finally:
+        os._exit(code)
+
+
+def run(supervisor_pid: int, groups: list[str], command: list[str], env: dict[str, str]) -> int:
+    """Lead the worker: start `command` with `env` under this process, wait for it, and
+    exit as it did (see the module's docstring)."""
     stopping = False
 
     def on_stop(signum: int, frame: FrameType | None) -> None:
@@ -70,7 +111,7 @@ def main(argv: list[str]) -> int:
         return 1
     child = os.fork()
     if child == 0:
-        _exec_in(groups, command)  # never returns
+        _exec_in(groups, command, env)  # never returns
 
     status: int | None = None
     while True:
@@ -85,7 +126,7 @@ def main(argv: list[str]) -> int:
     return _exit_like(status)
 
 
-def _exec_in(groups: list[str], command: list[str]) -> None:
+def _exec_in(groups: list[str], command: list[str], env: dict[str, str]) -> None:
     """In the forked child: join the worker's cgroups, restore default signal
     dispositions, and become the worker's program."""
     try:
@@ -94,9 +135,10 @@ def _exec_in(groups: list[str], command: list[str]) -> None:
                 f.write("0")
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        os.execvp(command[0], command)  # noqa: S606 - the worker's own argv
+        os.execvpe(command[0], command, env)  # noqa: S606 - the worker's own argv
     except OSError as exc:
-        print(f"paddlecloud: cannot run {command[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        # Straight to the descriptor: a forked launcher's sys.stderr may hold the supervisor's bytes.
+        os.write(2, f"paddlecloud: cannot run {command[0]}: {exc.strerror}\n".encode(errors="replace"))
     finally:
         os._exit(127)
 

@@ -170,6 +170,9 @@ class Plan:
     # The interpreter `python` means for the workers (first on their PATH): a built
     # environment's, or None for the platform's own.
     python: str | None = None
+    # The jobs service's datagram socket, told the job's id whenever state.json changes
+    # (a hint: the service polls too), or None.
+    notify: str | None = None
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -190,6 +193,7 @@ class Plan:
             "sandbox": None if self.sandbox is None else self.sandbox.to_dict(),
             "cgroups": None if self.cgroups is None else self.cgroups.to_dict(),
             "python": self.python,
+            "notify": self.notify,
         }
 
     @classmethod
@@ -204,6 +208,7 @@ class Plan:
             sandbox=None if data.get("sandbox") is None else SandboxPlan.from_dict(data["sandbox"]),
             cgroups=None if data.get("cgroups") is None else CgroupPlan.from_dict(data["cgroups"]),
             python=None if data.get("python") is None else str(data["python"]),
+            notify=None if data.get("notify") is None else str(data["notify"]),
         )
 
 
@@ -236,6 +241,7 @@ def build_plan(
     resources: Mapping[str, tuple[int, int]] | None = None,
     devices: Mapping[str, Sequence[str]] | None = None,
     python: str | None = None,
+    notify: str | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -326,4 +332,5 @@ def build_plan(
         sandbox=sandbox,
         cgroups=cgroups,
         python=python,
+        notify=notify,
     )

@@ -40,13 +40,15 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 from paddlecloud.common import sandbox
 from paddlecloud.common.cgroups import Hierarchy, Limits
@@ -54,6 +56,7 @@ from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, View
 
 from ..exits import describe_exit, exit_status
+from .launch import fork_launcher
 from .plan import Plan, Role, Worker
 
 PORT_POLL_SECONDS = 0.1
@@ -116,14 +119,18 @@ class WorkerStatus:
         }
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` durably: temporary file, fsync, rename, fsync the directory."""
+def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace `path` with `text`: temporary file, rename; `durable` adds an fsync of both
+    the file and the directory, so the new text survives a crash of the machine too."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
@@ -147,7 +154,8 @@ def prepare_workdir(
             if entry.name not in own and not link.is_symlink():
                 link.symlink_to(target / entry.name)
     for name, value in own.items():
-        write_atomically(workdir / name, value + "\n")
+        # Remade with the workers; a crash of the machine ends the job anyway.
+        write_atomically(workdir / name, value + "\n", durable=False)
 
 
 class JobSupervisor:
@@ -176,6 +184,10 @@ class JobSupervisor:
         )
         self._oom: dict[str, str | None] = {}
         self._trainers_started = False
+        self._notifier: socket.socket | None = None
+        if plan.notify is not None:
+            self._notifier = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._notifier.setblocking(False)
 
     # -- the job ---------------------------------------------------------------------
 
@@ -207,6 +219,8 @@ class JobSupervisor:
         # Workers' private /tmp goes with them; logs and output stay.
         shutil.rmtree(self._job_dir / "tmp", ignore_errors=True)
         self._finish(state, reason)
+        if self._notifier is not None:
+            self._notifier.close()
         return state
 
     async def _run_job(self) -> tuple[JobState, str]:
@@ -350,7 +364,7 @@ class JobSupervisor:
             if self._hierarchy is not None:
                 self._hierarchy.remove(self._cgroup_of(worker))
 
-    async def _wait_for_port(self, worker: Worker, proc: asyncio.subprocess.Process) -> str | None:
+    async def _wait_for_port(self, worker: Worker, proc: Child) -> str | None:
         """Poll the server's port until it accepts, the process exits, or the deadline passes."""
         assert worker.port is not None
         loop = asyncio.get_running_loop()
@@ -369,7 +383,7 @@ class JobSupervisor:
             await asyncio.sleep(min(PORT_POLL_SECONDS, remaining))
         return None  # it exited: the caller's wait() returns at once and decides on a restart
 
-    async def _spawn(self, worker: Worker) -> asyncio.subprocess.Process:
+    async def _spawn(self, worker: Worker) -> Child:
         env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
         env["PYTHONUNBUFFERED"] = "1"  # log lines as they happen; the user's env may say otherwise
         # `python` in an entry is the job's built environment or the platform's Python
@@ -387,25 +401,14 @@ class JobSupervisor:
             assert self._sandbox is not None
             argv = self._sandbox.wrap(self._view(worker), argv)
         env.update(worker.env)
-        launcher = [sys.executable, "-E", "-m", "paddlecloud.jobs.local.launch", str(os.getpid())]
-        for group in self._make_cgroup(worker):
-            launcher += ["--cgroup", str(group)]
+        groups = [str(group) for group in self._make_cgroup(worker)]
         # The child gets its own copy of the descriptor; ours is closed once it exists.
         log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            return await asyncio.create_subprocess_exec(
-                *launcher,
-                "--",
-                *argv,
-                cwd=self._workdir(worker),
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
+            pid = fork_launcher(groups, argv, env, str(self._workdir(worker)), log)
         finally:
             os.close(log)
+        return Child(pid)
 
     def _view(self, worker: Worker) -> View:
         """What a sandboxed worker sees: the plan's binds, its own working directory at
@@ -453,7 +456,7 @@ class JobSupervisor:
         of = f" of {format_bytes(limit)}" if limit is not None else ""
         return f"out of memory: used {used}{of}; raise {flag}"
 
-    async def _stop_process(self, worker: Worker, proc: asyncio.subprocess.Process) -> None:
+    async def _stop_process(self, worker: Worker, proc: Child) -> None:
         """SIGTERM the worker's group, SIGKILL it after the grace; then sweep what is left in it."""
         if proc.returncode is None:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -526,7 +529,39 @@ class JobSupervisor:
             "supervisor_pid": os.getpid(),
             "workers": [w.to_dict() for w in self._workers.values()],
         }
-        write_atomically(self._job_dir / "state.json", json.dumps(state, indent=2) + "\n")
+        # Only the end must outlive a crash of the machine: after one, a job found running
+        # is failed whatever it last said, but one that had ended keeps its end.
+        durable = self._state is not JobState.RUNNING
+        write_atomically(self._job_dir / "state.json", json.dumps(state, indent=2) + "\n", durable=durable)
+        if self._notifier is not None and self._plan.notify is not None:
+            # A hint, never waited for: a service that is down or busy polls the file anyway.
+            with contextlib.suppress(OSError):
+                self._notifier.sendto(self._job_dir.name.encode(), self._plan.notify)
+
+
+class Child:
+    """A forked launcher, awaited through a pidfd: what asyncio's Process offers (`pid`,
+    `returncode`, `wait()`) for a child that was forked without exec."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._loop = asyncio.get_running_loop()
+        self._exited = self._loop.create_future()
+        self._pidfd = os.pidfd_open(pid)
+        self._loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return  # not yet: the pidfd says readable only once it has exited
+        self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self.returncode = os.waitstatus_to_exitcode(status)  # -N for death by signal N
+        self._exited.set_result(self.returncode)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exited)
 
 
 def nvidia_nodes() -> list[str]:
@@ -575,8 +610,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m paddlecloud.jobs.local.supervisor",
         description="Run one PaddleCloud job on this machine from JOB_DIR/plan.json.",
     )
-    parser.add_argument("job_dir", type=Path, metavar="JOB_DIR")
+    parser.add_argument("job_dir", type=Path, metavar="JOB_DIR", nargs="?")
+    parser.add_argument(
+        "--zygote", action="store_true", help="start a supervisor for each job directory read from stdin"
+    )
     args = parser.parse_args(argv)
+    if args.zygote == (args.job_dir is not None):
+        parser.error("give either JOB_DIR or --zygote")
+    if args.zygote:
+        return zygote()
     job_dir: Path = args.job_dir.absolute()
     _detach_output(job_dir)
     try:
@@ -593,6 +635,64 @@ def main(argv: list[str] | None = None) -> int:
     state = asyncio.run(JobSupervisor(job_dir, plan).run())
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
+
+
+def zygote() -> int:
+    """`--zygote`: start supervisors by forking this process, which has imported them.
+
+    The local backend starts one. Each line on stdin names a job directory; the answer on
+    stdout is the pid of a copy of this process that runs that job's supervisor in it (its
+    working directory, which is how the service knows it), or `error: why`. A supervisor
+    started as a new interpreter spends ~90 ms of CPU on imports before it does anything;
+    a fork of one that has, about 1 ms. Each copy leads its own session, so it outlives
+    the zygote and the service as a directly started supervisor does. The zygote exits at
+    the end of stdin: the service closed it, or died.
+    """
+    signal.signal(signal.SIGCHLD, _reap_children)
+    answers = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        job_dir = os.fsdecode(line.rstrip(b"\n"))
+        try:
+            # The copy is born in the job's directory: the service may look at its pid
+            # before the copy has run a single line.
+            os.chdir(job_dir)
+            pid = os.fork()
+        except OSError as exc:
+            answer = f"error: cannot fork a supervisor: {exc}"
+        else:
+            if pid == 0:
+                _become_supervisor(job_dir)
+            answer = str(pid)
+        finally:
+            os.chdir("/")
+        answers.write(answer.encode() + b"\n")
+        answers.flush()
+    return 0
+
+
+def _reap_children(signum: int, frame: FrameType | None) -> None:
+    """The zygote reaps the supervisors it forked (their CPU time counts as its children's)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def _become_supervisor(job_dir: str) -> NoReturn:
+    """In a fork of the zygote: leave its session and descriptors, and run the job."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        code = main([job_dir])
+    except BaseException as exc:  # the copy must reach _exit, whatever happened
+        with contextlib.suppress(Exception):
+            os.write(2, f"paddlecloud supervisor: {exc!r}\n".encode())
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def _refuse(job_dir: Path, reason: str) -> int:

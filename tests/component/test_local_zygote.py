@@ -1,0 +1,102 @@
+"""The supervisor zygote: each job's supervisor forked from one process that has already
+imported it, and what the jobs service relies on of those forks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from test_jobs_api import start_jobs
+
+from paddlecloud.jobs.local.backend import SUPERVISOR_MODULE
+from paddlecloud.jobs.local.plan import build_plan
+
+
+def write_job(root: Path, entry: str) -> Path:
+    """A one-trainer job's directory with its plan, unsandboxed."""
+    package, output, job_dir = root / "package", root / "output", root / "jobs" / "alice" / "job1"
+    for directory in (package, output, job_dir):
+        directory.mkdir(parents=True)
+    plan = build_plan(
+        job_name="zygote-test",
+        user="alice",
+        datacenter="dc1",
+        pfs_home=str(root / "home"),
+        output=str(output),
+        package_dir=str(package),
+        entry=entry,
+        trainers=1,
+        pservers=0,
+        passes=1,
+        env={},
+        use_gpu=False,
+        max_restarts=0,
+        ports=[],
+        trainer_ports=[0],
+        master_port=0,
+    )
+    (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
+    return job_dir
+
+
+def state_of(job_dir: Path) -> dict[str, Any]:
+    path = job_dir / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_a_forked_supervisor_is_in_its_jobs_directory_at_once_and_outlives_the_zygote(tmp_path: Path) -> None:
+    job_dir = write_job(tmp_path, "sleep 1")
+    zygote = subprocess.Popen(
+        [sys.executable, "-m", SUPERVISOR_MODULE, "--zygote"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        cwd="/",
+    )
+    assert zygote.stdin is not None and zygote.stdout is not None
+    try:
+        zygote.stdin.write(os.fsencode(job_dir) + b"\n")
+        zygote.stdin.flush()
+        pid = int(zygote.stdout.readline())
+        # Read before the fork has run a line of its own: the service tells a job's
+        # supervisor from a reused pid by this directory, and may look this early.
+        assert os.readlink(f"/proc/{pid}/cwd") == str(job_dir.resolve())
+        deadline = time.monotonic() + 10
+        while os.getsid(pid) != pid and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.getsid(pid) == pid  # its own session: the zygote's end is not its end
+        # A directory that cannot be used is answered, and the zygote goes on.
+        zygote.stdin.write(b"/nonexistent/job\n")
+        zygote.stdin.flush()
+        assert zygote.stdout.readline().startswith(b"error: cannot fork a supervisor: ")
+        zygote.stdin.close()  # what a stopping jobs service does
+        assert zygote.wait(timeout=10) == 0
+        assert state_of(job_dir).get("state") == "RUNNING"
+        deadline = time.monotonic() + 20
+        while state_of(job_dir).get("state") == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state_of(job_dir)["state"] == "SUCCEEDED", state_of(job_dir)
+        assert state_of(job_dir)["supervisor_pid"] == pid
+    finally:
+        if zygote.poll() is None:
+            zygote.kill()
+            zygote.wait()
+
+
+async def test_the_service_learns_of_a_jobs_changes_without_waiting_for_its_poll(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
+    # A poll of a minute: only the supervisors' notifications can make these in time.
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, poll_seconds=60.0)
+    package = jobs.package({"train.py": "import time\ntime.sleep(0.5)\nprint('done')\n"})
+    await jobs.submit({"name": "told", "package": package})
+    running = await jobs.wait("told", ("RUNNING", "SUCCEEDED", "FAILED"), timeout=15)
+    assert running["state"] == "RUNNING", running
+    done = await jobs.wait("told", ("SUCCEEDED", "FAILED"), timeout=15)
+    assert done["state"] == "SUCCEEDED", done
+    assert "[trainer-0] done" in await jobs.logs("told")
