@@ -5,3 +5,13 @@ from pathlib import Path
 
 # The process harness (configs, ServiceProcess) is shared with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+
+def verdict(ok: bool) -> str:
+    """How each benchmark says whether a figure meets its aim."""
+    return "met" if ok else "not met"
+
+
+def aim(what: str, figure: str, ok: bool, indent: str = "  ") -> None:
+    """One aim beside its figure: `aim: <what>: <figure>, met` (or not met)."""
+    print(f"{indent}aim: {what}: {figure}, {verdict(ok)}", flush=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from paddlecloud.common import internal_auth
 from support import ADMIN_PASSWORD, ServiceProcess, make_config, write_config
 
+from . import verdict
 from .upstream import PING
 
 DURATION = "8s"
@@ -86,10 +87,6 @@ def wrk(
 def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
     """Each figure's median over the rounds."""
     return {key: statistics.median(r[key] for r in runs) for key in runs[0] if all(key in r for r in runs)}
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "not met"
 
 
 def login(url: str) -> str:

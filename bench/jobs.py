@@ -40,10 +40,16 @@ from typing import Any
 import aiohttp
 from pymongo import MongoClient
 
+from bench import aim
 from bench.platform import Platform as BasePlatform
 from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import ACTIVE_STATES, RUNNING
 from paddlecloud.jobs.spec import parse_submission
+
+# Issue 18's aims, on the medians of this run.
+AIM_FIRST_STATEMENT = 3.0  # submit → the program's first statement, against starting it directly
+AIM_THROUGHPUT = 0.5  # 20 clients' jobs submitted and ended, against running them directly
+AIM_POST_P95_MS = 200.0  # one POST while those 20 clients submit
 
 DATACENTER = "datacenter1"
 PASSWORD = "bench-password"
@@ -359,9 +365,14 @@ def print_start(samples: list[StartSample], direct: list[tuple[float, float]], p
     before = sum(s.seen < s.program for s in samples)
     print(
         f"  RUNNING was shown while the trainer was not yet RUNNING in {early} of {len(samples)} runs, "
-        f"before the program's first statement had run in {before} of {len(samples)}",
-        flush=True,
+        f"before the program's first statement had run in {before} of {len(samples)}"
     )
+    ratio = pct([s.program for s in samples], 50) / pct(program, 50)
+    runs = len(samples)
+    goal = AIM_FIRST_STATEMENT
+    aim(f"submit → first statement <= {goal:g}x", f"{ratio:.1f}x", ratio <= goal)
+    aim("RUNNING never shown before the program's first statement", f"{before} of {runs}", not before)
+    aim("RUNNING never shown before the trainer runs", f"{early} of {runs}", not early)
 
 
 # --- submit throughput --------------------------------------------------------------------------
@@ -439,6 +450,9 @@ def print_throughput(
     print(f"  {'submitted and every job ended (SUCCEEDED)':{WIDTH}}{ended:>9.1f}{ended / base:>8.2f}x")
     p50, p95 = ms(latencies)
     print(f"  one POST under that load: p50 {p50:.0f} ms, p95 {p95:.0f} ms")
+    ratio = ended / base
+    aim(f"submitted and ended >= {AIM_THROUGHPUT:g}x", f"{ratio:.2f}x", ratio >= AIM_THROUGHPUT)
+    aim(f"POST p95 under load <= {AIM_POST_P95_MS:.0f} ms", f"{p95:.0f} ms", p95 <= AIM_POST_P95_MS)
     print(
         f"  CPU per job: jobs service {cpu.jobs_service * 1e3:.0f} ms, gateway {cpu.gateway * 1e3:.0f} ms, "
         f"the job's own processes (supervisor, launcher, program) {cpu.job_processes * 1e3:.0f} ms; "

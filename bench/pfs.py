@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +54,8 @@ from aiohttp import web
 
 from paddlecloud.pfs import cephfs
 from paddlecloud.transfer import CHUNK_SIZE
+
+from . import aim
 
 SIZE = 2**30
 CHUNK = 1 << 20
@@ -124,7 +126,7 @@ async def bare_ceiling(source: Path, workdir: Path, settle: Callable[..., None])
     try:
         async with aiohttp.ClientSession() as session:
 
-            async def body():  # type: ignore[no-untyped-def]
+            async def body() -> AsyncIterator[bytes]:
                 with open(source, "rb") as f:
                     while piece := f.read(CHUNK):
                         yield piece
@@ -390,10 +392,10 @@ def main() -> None:
             line += f"{statistics.median(ratios):>8.2f}x  {min(ratios):.2f}-{max(ratios):.2f}"
         print(line)
     print(f"CLI start-up (paddlecloud --help), part of every CLI row: {startup:.2f} s")
-    for row, aim in ((up, AIM_UPLOAD), (down, AIM_DOWNLOAD)):
+    for row, goal in ((up, AIM_UPLOAD), (down, AIM_DOWNLOAD)):
         ratio = statistics.median(row.ratios())
-        verdict = "met" if ratio >= aim else "not met"
-        print(f"aim: {row.name.split(':')[0]} >= {aim:.2f}x of its baseline: {ratio:.2f}x, {verdict}")
+        what = f"{row.name.split(':')[0]} >= {goal:.2f}x of its baseline"
+        aim(what, f"{ratio:.2f}x", ratio >= goal, indent="")
     cephfs_rows(cli, width)
 
 

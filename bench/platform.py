@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -76,7 +76,7 @@ class Platform:
         self.process.stdout.close()
 
     @contextmanager
-    def running(self) -> Iterator[Platform]:
+    def running(self) -> Iterator[Self]:
         self.start()
         try:
             yield self

@@ -187,6 +187,7 @@ class JobManager:
         self._config = config
         self._builder = builder
         self._build_watchers = Spawned()
+        self._starts = Spawned()
         self._store = store
         self._backend = backend
         self._root = root
@@ -300,7 +301,13 @@ class JobManager:
         launch = self._launch(job, spec, package_kind or "dir")
         if requirements is not None:
             return job_view(await self._build_then_start(identity, launch, requirements))
-        return job_view(await self._start(launch))
+        # The answer does not wait for processes: the job is recorded, and starts (or
+        # fails to, with the reason) while the client reads it.
+        self._starts.spawn(f"start-{job.id}", self._start_in_background(launch))
+        return job_view(job)
+
+    async def _start_in_background(self, launch: Launch) -> None:
+        await self._start(launch)
 
     @contextlib.asynccontextmanager
     async def _quota_lease(self, owner: str) -> AsyncIterator[None]:
@@ -501,7 +508,9 @@ class JobManager:
         return new_id
 
     async def close(self) -> None:
-        """Stop waiting for builds (they go on; a restarted service waits again)."""
+        """Stop waiting for builds (they go on; a restarted service waits again) and stop
+        starting jobs (one recorded but not started is failed, saying so, at the restart)."""
+        await self._starts.cancel()
         await self._build_watchers.cancel()
 
     def _launch_for(self, job: Job) -> Launch:

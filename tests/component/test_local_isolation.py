@@ -92,7 +92,13 @@ async def test_two_gpu_jobs_get_different_devices_and_a_third_waits_with_the_num
 
     third = await jobs.submit({"name": "third", "package": package, "gpu": 1})
     assert third["state"] == "PENDING"
-    assert third["reason"] == "waiting for GPUs: the job needs 1, 0 of this machine's 2 are free"
+    # The answer does not wait for the start; the job says why it waits once it tried.
+    waiting = "waiting for GPUs: the job needs 1, 0 of this machine's 2 are free"
+    deadline = time.monotonic() + 10
+    while third["reason"] != waiting and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        third = await jobs.job("third")
+    assert (third["state"], third["reason"]) == ("PENDING", waiting)
     quota = await (await jobs.call("GET", "quota")).json()
     held = {(d["job"], d["device"]) for d in quota["devices"]}
     assert held == {("first", seen["first"][0]), ("second", seen["second"][0])}

@@ -108,6 +108,12 @@ class Zygote:
                     log.warning("zygote_failed", error=repr(exc))
                     await self._stop()
                     continue
+                except asyncio.CancelledError:
+                    # Its answer would be read as the next job's: this zygote is done (the
+                    # next fork starts another, `close` reaps this one).
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    raise
                 if not answer:
                     log.warning("zygote_exited", code=await proc.wait())
                     self._proc = None

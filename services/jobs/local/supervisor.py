@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -649,6 +650,9 @@ def zygote() -> int:
     the end of stdin: the service closed it, or died.
     """
     signal.signal(signal.SIGCHLD, _reap_children)
+    # What is imported by now is shared with every fork: kept out of the collector's
+    # sweeps, so that they do not touch (and copy) every page of it in each copy.
+    gc.freeze()
     answers = sys.stdout.buffer
     for line in sys.stdin.buffer:
         job_dir = os.fsdecode(line.rstrip(b"\n"))
