@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_jobs_api import start_jobs
 
+from paddlecloud.common import cgroups
 from paddlecloud.jobs.local.backend import SUPERVISOR_MODULE
 from paddlecloud.jobs.local.plan import build_plan
 
@@ -100,3 +102,35 @@ async def test_the_service_learns_of_a_jobs_changes_without_waiting_for_its_poll
     done = await jobs.wait("told", ("SUCCEEDED", "FAILED"), timeout=15)
     assert done["state"] == "SUCCEEDED", done
     assert "[trainer-0] done" in await jobs.logs("told")
+
+
+def test_the_cgroup_the_zygote_moves_itself_into_is_the_one_it_is_in() -> None:
+    # The no-op move that keeps cgroup moves quick must name the process's own group:
+    # another would move the zygote (and every supervisor it forks after) elsewhere. A
+    # process in a group of its own (joined through the worker launcher) must find it.
+    hierarchy = cgroups.detect()
+    if hierarchy is None:
+        pytest.skip("this process cannot make cgroups here")
+    relative = f"zygote-test-{os.getpid()}"
+    groups = hierarchy.create(relative, cgroups.Limits())
+    code = (
+        "import os, sys\n"
+        "from paddlecloud.jobs.local.supervisor import own_cgroup_procs\n"
+        "procs = own_cgroup_procs()\n"
+        "print(procs)\n"
+        "sys.exit(0 if str(os.getpid()) in procs.read_text().split() else 1)\n"
+    )
+    joins = [arg for group in groups for arg in ("--cgroup", str(group))]
+    launch = [sys.executable, "-m", "paddlecloud.jobs.local.launch", str(os.getpid()), *joins, "--"]
+    try:
+        done = subprocess.run(
+            [*launch, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        hierarchy.remove(relative)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert relative in done.stdout

@@ -90,6 +90,7 @@ class Zygote:
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
+        self.options: list[str] = []  # given to the zygote (`--warm-cgroup-moves`)
 
     async def fork(self, job_dir: Path) -> int:
         """The pid of a new supervisor running the job in `job_dir`; OSError if none started."""
@@ -131,6 +132,7 @@ class Zygote:
                 "-m",
                 SUPERVISOR_MODULE,
                 "--zygote",
+                *self.options,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,  # our signals (Ctrl-C, the server stopping) are not its
@@ -198,6 +200,8 @@ class LocalBackend(Backend):
             if self._hierarchy is None and jobs.limits == "required":
                 raise RuntimeError("jobs.limits is 'required' but this service cannot make cgroups here")
         self._gpus = GpuPool(await asyncio.to_thread(discover, jobs.gpus))
+        if self._hierarchy is not None:
+            self._zygote.options = ["--warm-cgroup-moves"]
         self._notify = self._listen(self._work_dir / "notify.sock")
         if not self._sandbox.enabled:
             log.warning(
