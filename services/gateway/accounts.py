@@ -59,6 +59,12 @@ class Accounts:
         self._dummy_hash: str | None = None
         # token hash -> (fresh until, on the monotonic clock; expiry, as a POSIX time; session)
         self._sessions: OrderedDict[str, tuple[float, float, Session]] = OrderedDict()
+        # token hash -> the store lookup under way for it, which every request that missed
+        # the cache meanwhile awaits: when a busy token's entry goes stale, one lookup
+        # refreshes it, not one per request in flight (200 of them stalled for seconds).
+        self._lookups: dict[str, asyncio.Future[Session | None]] = {}
+        # Counts revocations: a lookup that overlapped one does not cache what it found.
+        self._revocations = 0
 
     async def hash_password(self, password: str) -> str:
         # argon2 is deliberately slow (tens of ms); keep it off the event loop.
@@ -100,6 +106,21 @@ class Accounts:
                 self._sessions.move_to_end(token_hash)
                 return session
             del self._sessions[token_hash]
+        lookup = self._lookups.get(token_hash)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(token_hash))
+            self._lookups[token_hash] = lookup
+            lookup.add_done_callback(lambda done: self._looked_up(token_hash, done))
+        # Shielded: one caller going away (its client hung up) must not cancel the others'.
+        return await asyncio.shield(lookup)
+
+    def _looked_up(self, token_hash: str, done: asyncio.Future[Session | None]) -> None:
+        self._lookups.pop(token_hash, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: each waiter got it; none left may mean none is logged
+
+    async def _look_up(self, token_hash: str) -> Session | None:
+        revocations = self._revocations
         record = await self._store.get_token(token_hash)
         if record is None or record.expires_at <= utcnow():
             return None
@@ -107,6 +128,8 @@ class Accounts:
         if user is None:
             return None
         session = Session(Identity(user.name, user.admin), token_hash, record.expires_at)
+        if revocations != self._revocations:
+            return session  # it may be one of those revoked: this request only, not cached
         fresh_until = time.monotonic() + SESSION_CACHE_SECONDS
         self._sessions[token_hash] = (fresh_until, record.expires_at.timestamp(), session)
         if len(self._sessions) > SESSION_CACHE_SIZE:
@@ -114,6 +137,7 @@ class Accounts:
         return session
 
     async def revoke(self, token_hash: str) -> None:
+        self._revocations += 1
         self._sessions.pop(token_hash, None)
         await self._store.delete_token(token_hash)
 
@@ -122,6 +146,7 @@ class Accounts:
 
     async def revoke_user(self, name: str) -> None:
         """End every session of the user: cached ones here, and their tokens in the store."""
+        self._revocations += 1
         for token_hash, (_, _, session) in list(self._sessions.items()):
             if session.identity.user == name:
                 del self._sessions[token_hash]
@@ -129,6 +154,7 @@ class Accounts:
 
     async def delete_user(self, name: str) -> bool:
         """Remove a user and end their sessions; False if there was no such user."""
+        self._revocations += 1
         for token_hash, (_, _, session) in list(self._sessions.items()):
             if session.identity.user == name:
                 del self._sessions[token_hash]
