@@ -69,6 +69,12 @@ async def test_a_new_service_adopts_starts_and_sweeps(
     store = jobs.client.app[STORE]
     package = jobs.package({"train.py": "print('hi')\n"})
     await jobs.submit({"name": "adopted", "package": package})
+
+    async def started() -> bool:  # the submit answers before the start is recorded
+        job = await store.get_job("alice", "adopted")
+        return job is not None and "namespace" in job.backend
+
+    await eventually(started, "the job's start recorded")
     adopted = await store.get_job("alice", "adopted")
     assert adopted is not None and adopted.backend["namespace"] == NS
     await eventually(lambda: kube.list("jobs", NS), "the trainers' Job")
