@@ -152,6 +152,11 @@ def push_base(buildah: list[str], root: Path, destination: str, marker: str) -> 
     run(*buildah, "copy", "--quiet", container, str(root), "/")
     run(*buildah, "config", "--env", "PATH=/usr/local/bin:/usr/bin:/bin", "--cmd", "python3", container)
     run(*buildah, "commit", "--quiet", "--rm", container, f"localhost/base:{marker}")
+    push(buildah, f"localhost/base:{marker}", destination)
+
+
+def push(buildah: list[str], image: str, destination: str) -> None:
+    """Push a local image to the registry as the test user."""
     run(
         *buildah,
         "push",
@@ -159,6 +164,6 @@ def push_base(buildah: list[str], root: Path, destination: str, marker: str) -> 
         "--creds",
         f"{USER}:{PASSWORD}",
         "--tls-verify=false",
-        f"localhost/base:{marker}",
+        image,
         f"docker://{destination}",
     )

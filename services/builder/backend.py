@@ -44,6 +44,29 @@ class BackendUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class PipIndex:
+    """Where pip looks for packages in a build (`builder.index_url`, `find_links`,
+    `no_index`, `kaniko.trusted_hosts`), as pip's arguments: for either backend."""
+
+    index_url: str | None = None
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+    trusted_hosts: tuple[str, ...] = ()
+
+    def args(self) -> list[str]:
+        args: list[str] = []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for link in self.find_links:
+            args += ["--find-links", link]
+        if self.no_index:
+            args.append("--no-index")
+        for host in self.trusted_hosts:
+            args += ["--trusted-host", host]
+        return args
+
+
+@dataclass(frozen=True)
 class RegistryLogin:
     """A user's saved credentials for one registry (their `registry` by name): used to
     read and pull a private base image."""

@@ -46,6 +46,7 @@ from .backend import (
     LogLine,
     LogQuery,
     Outcome,
+    PipIndex,
     Published,
     RegistryLogin,
 )
@@ -86,7 +87,7 @@ class KanikoBuildBackend(BuildBackend):
             f"{settings.registry}/{settings.cache_repository or settings.repository + '/cache'}"
         )
         self._timeout = section.build_timeout_seconds
-        self._index = manifests.PipIndex(
+        self._index = PipIndex(
             section.index_url, section.find_links, section.no_index, settings.trusted_hosts
         )
         self._logs = BuildLogs(section.work_dir.expanduser().absolute() / "logs", section.poll_seconds)

@@ -38,6 +38,8 @@ from typing import Any
 
 from paddlecloud.common.config import KanikoSection
 
+from .backend import PipIndex
+
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "paddlecloud"
 LABEL_BUILD = "paddlecloud.org/build"
@@ -66,29 +68,6 @@ _COPY_CONTEXT = f"cp {CONTEXT_MOUNT}/Dockerfile {CONTEXT_MOUNT}/requirements.txt
 INIT_UID = 65532
 # The cluster's own stop, should the builder be gone: this long after the builder's timeout.
 DEADLINE_SLACK_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class PipIndex:
-    """Where pip looks for packages in a build (`builder.index_url`, `find_links`,
-    `no_index`, `kaniko.trusted_hosts`)."""
-
-    index_url: str | None = None
-    find_links: tuple[str, ...] = ()
-    no_index: bool = False
-    trusted_hosts: tuple[str, ...] = ()
-
-    def args(self) -> list[str]:
-        args: list[str] = []
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for link in self.find_links:
-            args += ["--find-links", link]
-        if self.no_index:
-            args.append("--no-index")
-        for host in self.trusted_hosts:
-            args += ["--trusted-host", host]
-        return args
 
 
 @dataclass(frozen=True)

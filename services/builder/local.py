@@ -71,6 +71,7 @@ from .backend import (
     LogLine,
     LogQuery,
     Outcome,
+    PipIndex,
     Published,
     RegistryLogin,
 )
@@ -147,14 +148,7 @@ class LocalBuildBackend(BuildBackend):
         self._site_dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
         self._log_files = BuildLogs(self._logs, section.poll_seconds)
         self._timeout = section.build_timeout_seconds
-        index: list[str] = []
-        if section.index_url:
-            index += ["--index-url", section.index_url]
-        for link in section.find_links:
-            index += ["--find-links", link]
-        if section.no_index:
-            index.append("--no-index")
-        self._index_args = index
+        self._index_args = PipIndex(section.index_url, section.find_links, section.no_index).args()
         # Local wheel directories and file:// indexes the sandboxed pip must see.
         self._sources = [
             os.path.realpath(link.removeprefix("file://"))

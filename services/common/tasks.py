@@ -41,7 +41,8 @@ class Spawned:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(self, name: str, coro: Awaitable[None]) -> asyncio.Task[None]:
+    def spawn(self, name: str, coro: Awaitable[object]) -> asyncio.Task[None]:
+        """Run `coro` as a task of its own; what it returns is dropped."""
         task = asyncio.create_task(_guarded(name, coro, report_return=False), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -54,7 +55,7 @@ class Spawned:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _guarded(name: str, coro: Awaitable[None], *, report_return: bool) -> None:
+async def _guarded(name: str, coro: Awaitable[object], *, report_return: bool) -> None:
     try:
         await coro
     except asyncio.CancelledError:

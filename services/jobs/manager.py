@@ -303,11 +303,8 @@ class JobManager:
             return job_view(await self._build_then_start(identity, launch, requirements))
         # The answer does not wait for processes: the job is recorded, and starts (or
         # fails to, with the reason) while the client reads it.
-        self._starts.spawn(f"start-{job.id}", self._start_in_background(launch))
+        self._starts.spawn(f"start-{job.id}", self._start(launch))
         return job_view(job)
-
-    async def _start_in_background(self, launch: Launch) -> None:
-        await self._start(launch)
 
     @contextlib.asynccontextmanager
     async def _quota_lease(self, owner: str) -> AsyncIterator[None]:

@@ -38,6 +38,7 @@ from real_registry import (
     base_root,
     buildah_command,
     missing,
+    push,
     push_base,
     run,
     start_registry,
@@ -156,16 +157,7 @@ async def test_the_generated_context_builds_and_the_registry_answers_hits_and_mi
                 "localhost/runtime:built",
                 str(context),
             )
-            run(
-                *buildah,
-                "push",
-                "--quiet",
-                "--creds",
-                f"{USER}:{PASSWORD}",
-                "--tls-verify=false",
-                "localhost/runtime:built",
-                f"docker://{plan.destination}",
-            )
+            push(buildah, "localhost/runtime:built", plan.destination)
             built_in = time.monotonic() - started
 
             # A hit is one HEAD on the registry.

@@ -14,6 +14,7 @@ import pytest
 
 from paddlecloud.builder import kaniko_manifests as manifests
 from paddlecloud.builder import rbac
+from paddlecloud.builder.backend import PipIndex
 from paddlecloud.builder.registry import ImageRef, _parse_challenge
 from paddlecloud.common.config import ConfigError, KanikoSection, load_config
 from paddlecloud.common.dockerconfig import Credentials, auth_key, dockerconfigjson, read_auths
@@ -33,7 +34,7 @@ def make_build(**settings: Any) -> manifests.KanikoBuild:
         requirements="numpy==2.1.0\nrequests[socks] ; python_version >= '3.8'\n",
         builder_version="kaniko-1",
         settings=KanikoSection(registry="registry.example.com", **settings),
-        index=manifests.PipIndex(
+        index=PipIndex(
             "https://pypi.example.com/simple", ("http://wheels.example/",), False, ("wheels.example",)
         ),
         timeout_seconds=3600,
