@@ -15,7 +15,7 @@ import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -145,12 +145,20 @@ class SQLiteStore(Store):
     multi-statement transaction from interleaving with other coroutines' statements on
     it. Other processes sharing the file are kept apart by SQLite's own locking: WAL
     lets readers run beside the one writer, and `busy_timeout` makes writers queue.
+
+    Single-statement writes are group-committed: the writes that queue while one commit
+    is syncing the WAL go in the next transaction together, so concurrent writers share
+    one sync instead of queueing for one each. Each caller still returns only once its
+    write is committed (and synced: `synchronous` stays at SQLite's FULL), and a write
+    that fails (a duplicate, say) fails alone.
     """
 
     def __init__(self, url: str) -> None:
         self._path = _path_from_url(url)
         self._conn: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._writes: list[_Write] = []
+        self._committer: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         if self._conn is None:
@@ -194,6 +202,9 @@ class SQLiteStore(Store):
                 )
 
     async def close(self) -> None:
+        if self._committer is not None:
+            with suppress(Exception):
+                await self._committer  # the writes already queued are committed first
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
@@ -209,7 +220,7 @@ class SQLiteStore(Store):
         return self._conn
 
     async def _query(self, sql: str, params: Sequence[Any] = (), *, what: str = "") -> list[sqlite3.Row]:
-        """Run one statement (a SELECT, or a write with RETURNING) and fetch every row."""
+        """Run one reading statement and fetch every row (writes go through `_write`)."""
         conn = self._connection()
         async with self._lock:
             with _errors(what):
@@ -220,7 +231,7 @@ class SQLiteStore(Store):
     ) -> sqlite3.Row | None:
         """Set `changes` on the row matching `where` and read it back, in one statement; None if none."""
         assignments = ", ".join(f"{column} = ?" for column in changes)
-        rows = await self._query(
+        rows = await self._write_returning(
             f"UPDATE {table} SET {assignments} WHERE {where} RETURNING {columns}",
             (*changes.values(), *params),
         )
@@ -247,11 +258,74 @@ class SQLiteStore(Store):
 
     async def _write(self, sql: str, params: Sequence[Any] = (), *, what: str = "") -> int:
         """Run one writing statement; how many rows it changed."""
+        changed: int = await self._queue(_Write(sql, params, what, returning=False))
+        return changed
+
+    async def _write_returning(
+        self, sql: str, params: Sequence[Any] = (), *, what: str = ""
+    ) -> list[sqlite3.Row]:
+        """Run one writing statement with RETURNING; the rows it returned."""
+        rows: list[sqlite3.Row] = await self._queue(_Write(sql, params, what, returning=True))
+        return rows
+
+    async def _queue(self, write: _Write) -> Any:
+        """`write`'s outcome, once the group commit it joined has ended."""
+        self._connection()  # not open: fail now, not in the committer
+        self._writes.append(write)
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_queued(), name="sqlite-group-commit")
+        # A caller that stops waiting leaves the write to its fate, as a statement already
+        # handed to the connection's thread would be: done if it had started, else dropped.
+        return await write.outcome
+
+    async def _commit_queued(self) -> None:
+        """Commit what has queued, as a group, until nothing has; the lock is let go between
+        groups, so reads and transactions waiting for it are not held up by a stream of writes."""
+        while self._writes:
+            async with self._lock:
+                group, self._writes = [w for w in self._writes if not w.outcome.done()], []
+                try:
+                    await self._commit_group(group)
+                except BaseException as exc:  # cancelled with the loop: nobody is left waiting
+                    for write in group:
+                        write.fail(StoreError(f"sqlite: the write was not committed: {exc!r}"))
+                    raise
+
+    async def _commit_group(self, group: list[_Write]) -> None:
         conn = self._connection()
-        async with self._lock:
-            with _errors(what):
-                async with conn.execute(sql, params) as cursor:
-                    return cursor.rowcount
+        if len(group) <= 1:  # on its own: a statement is its own transaction
+            for write in group:
+                write.settle(await write.run(conn))
+            return
+        try:
+            await conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            for write in group:
+                write.fail(_store_error(exc, write.what))
+            return
+        ran: list[tuple[_Write, Any]] = []
+        for i, write in enumerate(group):
+            outcome = await write.run(conn)
+            if isinstance(outcome, StoreError) and not isinstance(outcome.__cause__, sqlite3.IntegrityError):
+                # A constraint undoes its own statement only. Anything else (a full disk, an
+                # I/O error) may have ended the transaction: undo it, fail this write, and
+                # queue the others again, to be committed, or to fail, on their own account.
+                with suppress(sqlite3.Error):
+                    await conn.execute("ROLLBACK")
+                write.fail(outcome)
+                self._writes[:0] = [w for w, _ in ran] + group[i + 1 :]
+                return
+            ran.append((write, outcome))
+        try:
+            await conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with suppress(sqlite3.Error):
+                await conn.execute("ROLLBACK")
+            for write, _ in ran:
+                write.fail(_store_error(exc, write.what))
+            return
+        for write, outcome in ran:
+            write.settle(outcome)
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -461,7 +535,7 @@ class SQLiteStore(Store):
     async def acquire_lease(self, name: str, holder: str, seconds: float) -> bool:
         now = time.time()
         # One statement: insert, or take over an expired (or our own) lease; nothing else.
-        rows = await self._query(
+        rows = await self._write_returning(
             "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) "
             "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
             "WHERE leases.expires_at < ? OR leases.holder = excluded.holder RETURNING holder",
@@ -602,6 +676,42 @@ class SQLiteStore(Store):
         return _build(row) if row else None
 
 
+def _future() -> asyncio.Future[Any]:
+    return asyncio.get_running_loop().create_future()
+
+
+@dataclasses.dataclass(eq=False)
+class _Write:
+    """One single-statement write, waiting for its group commit."""
+
+    sql: str
+    params: Sequence[Any]
+    what: str
+    returning: bool  # its rows (RETURNING), else how many rows it changed
+    outcome: asyncio.Future[Any] = dataclasses.field(default_factory=_future)
+
+    async def run(self, conn: aiosqlite.Connection) -> Any:
+        """Execute the statement: its rows or row count, or the StoreError it raised."""
+        try:
+            with _errors(self.what):
+                if self.returning:
+                    return list(await conn.execute_fetchall(self.sql, self.params))
+                async with conn.execute(self.sql, self.params) as cursor:
+                    return cursor.rowcount
+        except StoreError as exc:
+            return exc
+
+    def settle(self, outcome: Any) -> None:
+        if isinstance(outcome, StoreError):
+            self.fail(outcome)
+        elif not self.outcome.done():
+            self.outcome.set_result(outcome)
+
+    def fail(self, error: Exception) -> None:
+        if not self.outcome.done():
+            self.outcome.set_exception(error)
+
+
 def _path_from_url(url: str) -> str:
     """The database path in `sqlite:///absolute/path.db`, or ":memory:"."""
     if not url.startswith("sqlite://"):
@@ -625,15 +735,18 @@ def _errors(what: str = "") -> Iterator[None]:
     """Turn sqlite3's exceptions into the store's."""
     try:
         yield
-    except sqlite3.IntegrityError as exc:
+    except sqlite3.Error as exc:
+        raise _store_error(exc, what) from exc
+
+
+def _store_error(exc: sqlite3.Error, what: str = "") -> StoreError:
+    if isinstance(exc, sqlite3.IntegrityError):
         name = getattr(exc, "sqlite_errorname", "")
         if name in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"):
-            raise AlreadyExists(f"{what or 'record'} already exists ({exc})") from exc
+            return AlreadyExists(f"{what or 'record'} already exists ({exc})")
         if name == "SQLITE_CONSTRAINT_FOREIGNKEY":
-            raise StoreError(f"{what or 'record'}: the user or job it belongs to does not exist") from exc
-        raise StoreError(f"sqlite: {what}: {exc}" if what else f"sqlite: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {what}: {exc}" if what else f"sqlite: {exc}") from exc
+            return StoreError(f"{what or 'record'}: the user or job it belongs to does not exist")
+    return StoreError(f"sqlite: {what}: {exc}" if what else f"sqlite: {exc}")
 
 
 def _state_list(states: Collection[str]) -> list[str]:
