@@ -42,6 +42,7 @@ from pymongo import MongoClient
 
 from bench import aim
 from bench.platform import Platform as BasePlatform
+from bench.procs import child_pid, cpu_seconds
 from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import ACTIVE_STATES, RUNNING
 from paddlecloud.jobs.spec import parse_submission
@@ -168,21 +169,6 @@ def check_nothing_left(platform: Platform) -> None:
         raise RuntimeError(f"processes were left running after every job was killed:\n{listing}")
 
 
-def child_pid(parent: int, argument: str, what: str) -> int:
-    """The pid of the child of `parent` that has `argument` among its command line's."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if ppid == parent and argument.encode() in cmdline:
-            return int(entry.name)
-    raise RuntimeError(f"no {what} under pid {parent}")
-
-
 def service_pid(platform: Platform, name: str) -> int:
     """The pid of one of the platform's services (a child of `paddlecloud server`)."""
     assert platform.process is not None
@@ -192,13 +178,6 @@ def service_pid(platform: Platform, name: str) -> int:
 def zygote_pid(jobs_pid: int) -> int:
     """The pid of the jobs service's supervisor zygote (started with its first job)."""
     return child_pid(jobs_pid, "--zygote", "supervisor zygote")
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) of the process, and of the descendants it has reaped."""
-    fields = [int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
-    tick = os.sysconf("SC_CLK_TCK")
-    return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
 
 
 async def supervisors_gone(platform: Platform) -> None:

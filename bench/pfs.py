@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -45,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import aiohttp
@@ -56,6 +57,7 @@ from paddlecloud.pfs import cephfs
 from paddlecloud.transfer import CHUNK_SIZE
 
 from . import aim
+from .procs import child_pid, cpu_seconds
 
 SIZE = 2**30
 CHUNK = 1 << 20
@@ -102,8 +104,11 @@ async def serve_on_loopback(app: web.Application) -> tuple[web.AppRunner, int]:
     return runner, runner.addresses[0][1]
 
 
-async def bare_ceiling(source: Path, workdir: Path, settle: Callable[..., None]) -> tuple[float, float]:
-    """Seconds to upload to, and download from, bare aiohttp handlers on loopback."""
+async def bare_ceiling(
+    source: Path, workdir: Path, settle: Callable[..., None]
+) -> tuple[float, float, float]:
+    """Seconds to upload to, and download from, bare aiohttp handlers on loopback; and the CPU
+    seconds of the upload (client and handler both run in this process)."""
     target = workdir / "bare-upload"
 
     async def sink(request: web.Request) -> web.Response:
@@ -132,12 +137,12 @@ async def bare_ceiling(source: Path, workdir: Path, settle: Callable[..., None])
                         yield piece
 
             drop_caches_for(source)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             async with session.put(
                 f"http://127.0.0.1:{port}/sink", data=body(), headers={"Content-Length": str(SIZE)}
             ) as resp:
                 assert resp.status == 204
-            up = time.perf_counter() - start
+            up, up_cpu = time.perf_counter() - start, time.process_time() - cpu
             settle(target)
             drop_caches_for(source)
             start = time.perf_counter()
@@ -151,7 +156,7 @@ async def bare_ceiling(source: Path, workdir: Path, settle: Callable[..., None])
             down = time.perf_counter() - start
     finally:
         await runner.cleanup()
-    return up, down
+    return up, down, up_cpu
 
 
 async def chunked_ceiling(source: Path, workdir: Path) -> float:
@@ -256,7 +261,9 @@ async def cli_from_file_response(
 
 
 @contextlib.contextmanager
-def logged_in_server(cli: list[str], env: dict[str, str], data_dir: Path, *extra: str) -> Iterator[None]:
+def logged_in_server(
+    cli: list[str], env: dict[str, str], data_dir: Path, *extra: str
+) -> Iterator[subprocess.Popen[str]]:
     """`paddlecloud server` on `data_dir`, its admin logged in, stopped (SIGTERM) after."""
     server = subprocess.Popen(
         [*cli, "server", "--data-dir", str(data_dir), "--port", "0", *extra],
@@ -271,7 +278,7 @@ def logged_in_server(cli: list[str], env: dict[str, str], data_dir: Path, *extra
             if line.startswith("Press Ctrl-C"):
                 break
         subprocess.run([*cli, "login"], env=env, check=True, stdout=subprocess.DEVNULL)
-        yield
+        yield server
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
@@ -292,6 +299,41 @@ def sha256_of(path: Path) -> str:
 
 
 ROUNDS = int(os.environ.get("PADDLECLOUD_BENCH_PFS_ROUNDS", "3"))
+
+
+@dataclass(frozen=True)
+class UploadCpu:
+    """CPU seconds (user and system) that one upload cost each process, against the bare
+    handler's upload (its client and handler are this process)."""
+
+    cli: float
+    gateway: float
+    pfs: float
+    bare: float
+
+    @classmethod
+    def now(cls, services: dict[str, int], bare: float) -> UploadCpu:
+        """Totals so far: the CLI's among this process's reaped children, the services' own."""
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        gateway, pfs = (cpu_seconds(services[name])[0] for name in ("gateway", "pfs"))
+        return cls(children.ru_utime + children.ru_stime, gateway, pfs, bare)
+
+    def __sub__(self, before: UploadCpu) -> UploadCpu:
+        return UploadCpu(
+            self.cli - before.cli, self.gateway - before.gateway, self.pfs - before.pfs, self.bare
+        )
+
+    @classmethod
+    def median(cls, rounds: list[UploadCpu]) -> UploadCpu:
+        return cls(*(statistics.median(getattr(r, f.name) for r in rounds) for f in fields(cls)))
+
+    def describe(self) -> str:
+        total = self.cli + self.gateway + self.pfs
+        return (
+            f"CPU seconds of one upload (median of the rounds): CLI {self.cli:.2f}, gateway "
+            f"{self.gateway:.2f}, pfs {self.pfs:.2f}: {total:.2f} in all on {os.cpu_count()} CPUs, against "
+            f"{self.bare:.2f} for the bare handler and its client"
+        )
 
 
 def settle(*written: Path) -> None:
@@ -329,6 +371,7 @@ def main() -> None:
     down = Row("download: CLI <- gateway <- pfs (verified)", baseline=direct)
     down_ceiling = Row("  plain aiohttp client <- bare FileResponse")
     against_plain = Row("  CLI <- gateway <- pfs, against the plain client", down.seconds, down_ceiling)
+    upload_cpu: list[UploadCpu] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("PADDLECLOUD_BENCH_DIR")) as tmp:
         work = Path(tmp)
         source = work / "source.bin"
@@ -337,7 +380,10 @@ def main() -> None:
         env["HOME"] = str(work / "home")
         startup = timed([*cli, "--help"], env)
 
-        with logged_in_server(cli, env, work / "data"):
+        with logged_in_server(cli, env, work / "data") as server:
+            services = {
+                name: child_pid(server.pid, f"paddlecloud.{name}", name) for name in ("gateway", "pfs")
+            }
             # Each round measures every row once, in the same order, each step starting from
             # a flushed disk and a source evicted from the page cache.
             for round_ in range(ROUNDS):
@@ -346,7 +392,7 @@ def main() -> None:
                 drop_caches_for(source)
                 cp.seconds.append(timed(["sh", "-c", f"cp {source} {copy} && sync {copy}"], env))
                 settle(copy)
-                up_seconds, down_seconds = asyncio.run(bare_ceiling(source, work, settle))
+                up_seconds, down_seconds, bare_cpu = asyncio.run(bare_ceiling(source, work, settle))
                 up_ceiling.seconds.append(up_seconds)
                 down_ceiling.seconds.append(down_seconds)
                 settle(work / "bare-download")
@@ -355,7 +401,9 @@ def main() -> None:
 
                 remote = f"/pfs/datacenter1/home/admin/bench-{round_}.bin"
                 drop_caches_for(source)
+                before = UploadCpu.now(services, bare_cpu)
                 up.seconds.append(timed([*cli, "cp", "-q", str(source), remote], env))
+                upload_cpu.append(UploadCpu.now(services, bare_cpu) - before)
                 stored = work / "data" / "pfs" / "home" / "admin" / f"bench-{round_}.bin"
                 assert sha256_of(stored) == expected, "uploaded bytes differ"
                 settle()
@@ -392,6 +440,7 @@ def main() -> None:
             line += f"{statistics.median(ratios):>8.2f}x  {min(ratios):.2f}-{max(ratios):.2f}"
         print(line)
     print(f"CLI start-up (paddlecloud --help), part of every CLI row: {startup:.2f} s")
+    print(UploadCpu.median(upload_cpu).describe())
     for row, goal in ((up, AIM_UPLOAD), (down, AIM_DOWNLOAD)):
         ratio = statistics.median(row.ratios())
         what = f"{row.name.split(':')[0]} >= {goal:.2f}x of its baseline"

@@ -1,0 +1,28 @@
+"""The processes a benchmark measures: finding a server's services, and their CPU time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def child_pid(parent: int, argument: str, what: str) -> int:
+    """The pid of the child of `parent` that has `argument` among its command line's."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == parent and argument.encode() in cmdline:
+            return int(entry.name)
+    raise RuntimeError(f"no {what} under pid {parent}")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of the process, and of the descendants it has reaped."""
+    fields = [int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
