@@ -868,16 +868,18 @@ class JobManager:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, next_round - loop.time()))
 
     async def _reconcile_all(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            if self._job_lock(job.id).locked():
-                continue  # being killed or started; the next round sees the outcome
-            try:
-                async with self._job_lock(job.id):
-                    await self._reconcile_locked(job)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reconcile_failed", job=job.name, owner=job.owner)
+        await asyncio.gather(*(self._reconcile_one(job) for job in jobs))
+
+    async def _reconcile_one(self, job: Job) -> None:
+        if self._job_lock(job.id).locked():
+            return  # being killed or started; the next round sees the outcome
+        try:
+            async with self._job_lock(job.id):
+                await self._reconcile_locked(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reconcile_failed", job=job.name, owner=job.owner)
 
     def _job_lock(self, job_id: str) -> asyncio.Lock:
         return self._job_locks.setdefault(job_id, asyncio.Lock())
