@@ -26,3 +26,10 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     fields = [int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
     tick = os.sysconf("SC_CLK_TCK")
     return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot, over all its CPUs."""
+    with open("/proc/stat", encoding="ascii") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
