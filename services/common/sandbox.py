@@ -26,6 +26,7 @@ still hides everything it does not bind, but its processes keep the service's ui
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -146,8 +147,11 @@ def detect(mode: SandboxMode, what: str) -> Sandbox:
     return Sandbox(bwrap, setpriv, root)
 
 
-def system_binds() -> list[tuple[str, str | None]]:
-    """(name, symlink target or None) for each top-level system directory on this host."""
+@functools.cache
+def system_binds() -> tuple[tuple[str, str | None], ...]:
+    """(name, symlink target or None) for each top-level system directory on this host.
+
+    Worked out once per process (the supervisor zygote, before it forks)."""
     found: list[tuple[str, str | None]] = []
     for name in SYSTEM_DIRS:
         path = Path("/") / name
@@ -155,13 +159,15 @@ def system_binds() -> list[tuple[str, str | None]]:
             found.append((name, os.readlink(path)))
         elif path.is_dir():
             found.append((name, None))
-    return found
+    return tuple(found)
 
 
-def python_paths() -> list[str]:
+@functools.cache
+def python_paths() -> tuple[str, ...]:
     """Host directories that the platform's Python needs: the interpreter's installation,
     the virtualenv, and the source directories of an editable install of paddlecloud.
-    Paths below the system directories are already visible and left out."""
+    Paths below the system directories are already visible and left out. Worked out once
+    per process (0.3 ms here), so the supervisor zygote's forks inherit it."""
     paths = {os.path.realpath(sys.base_prefix), sys.prefix}
     for package in PLATFORM_PACKAGES:
         spec = importlib.util.find_spec(package)
@@ -169,7 +175,7 @@ def python_paths() -> list[str]:
             paths.add(os.path.realpath(location))
     # One bind for a directory and everything below it.
     kept = sorted(p for p in paths if not _under_system(p))
-    return [p for p in kept if not any(p.startswith(other + "/") for other in kept)]
+    return tuple(p for p in kept if not any(p.startswith(other + "/") for other in kept))
 
 
 def _under_system(path: str) -> bool:

@@ -16,11 +16,11 @@ from test_jobs_api import start_jobs
 
 from paddlecloud.common import cgroups
 from paddlecloud.jobs.local.backend import SUPERVISOR_MODULE
-from paddlecloud.jobs.local.plan import build_plan
+from paddlecloud.jobs.local.plan import CgroupPlan, build_plan
 
 
-def write_job(root: Path, entry: str) -> Path:
-    """A one-trainer job's directory with its plan, unsandboxed."""
+def write_job(root: Path, entry: str, **plan: Any) -> Path:
+    """A one-trainer job's directory with its plan, unsandboxed; `plan` overrides."""
     package, output, job_dir = root / "package", root / "output", root / "jobs" / "alice" / "job1"
     for directory in (package, output, job_dir):
         directory.mkdir(parents=True)
@@ -32,18 +32,32 @@ def write_job(root: Path, entry: str) -> Path:
         output=str(output),
         package_dir=str(package),
         entry=entry,
-        trainers=1,
-        pservers=0,
-        passes=1,
-        env={},
-        use_gpu=False,
-        max_restarts=0,
-        ports=[],
-        trainer_ports=[0],
-        master_port=0,
+        **{
+            "trainers": 1,
+            "pservers": 0,
+            "passes": 1,
+            "env": {},
+            "use_gpu": False,
+            "max_restarts": 0,
+            "ports": [],
+            "trainer_ports": [0],
+            "master_port": 0,
+            **plan,
+        },
     )
     (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
     return job_dir
+
+
+def start_zygote(*options: str) -> subprocess.Popen[bytes]:
+    """A zygote as the local backend starts one: its own session, answering on stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-m", SUPERVISOR_MODULE, "--zygote", *options],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        cwd="/",
+    )
 
 
 def state_of(job_dir: Path) -> dict[str, Any]:
@@ -53,13 +67,7 @@ def state_of(job_dir: Path) -> dict[str, Any]:
 
 def test_a_forked_supervisor_is_in_its_jobs_directory_at_once_and_outlives_the_zygote(tmp_path: Path) -> None:
     job_dir = write_job(tmp_path, "sleep 1")
-    zygote = subprocess.Popen(
-        [sys.executable, "-m", SUPERVISOR_MODULE, "--zygote"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-        cwd="/",
-    )
+    zygote = start_zygote()
     assert zygote.stdin is not None and zygote.stdout is not None
     try:
         zygote.stdin.write(os.fsencode(job_dir) + b"\n")
@@ -134,3 +142,39 @@ def test_the_cgroup_the_zygote_moves_itself_into_is_the_one_it_is_in() -> None:
         hierarchy.remove(relative)
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert relative in done.stdout
+
+
+def test_the_groups_the_zygote_makes_for_workers_that_never_start_are_removed(tmp_path: Path) -> None:
+    # The zygote makes every worker's group before it forks the supervisor. Here the
+    # parameter server fails at once, so the trainer never starts: its group must not be
+    # left behind, nor the job's level above it.
+    hierarchy = cgroups.detect()
+    if hierarchy is None:
+        pytest.skip("this process cannot make cgroups here")
+    job = f"zygote-test-{os.getpid()}"
+    limits = CgroupPlan(hierarchy.version, str(hierarchy.root), hierarchy.parent, job, 64)
+    job_dir = write_job(
+        tmp_path,
+        "sleep 30",
+        psentry="exit 3",
+        pservers=1,
+        ports=[0],
+        cgroups=limits,
+    )
+    zygote = start_zygote("--warm-cgroup-moves")
+    assert zygote.stdin is not None and zygote.stdout is not None
+    try:
+        zygote.stdin.write(os.fsencode(job_dir) + b"\n")
+        zygote.stdin.flush()
+        assert zygote.stdout.readline().strip().isdigit()
+        deadline = time.monotonic() + 20
+        while state_of(job_dir).get("finished_at") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        final = state_of(job_dir)
+        assert final["state"] == "FAILED", final
+        assert [w["name"] for w in final["workers"] if w["pid"] is not None] == ["pserver-0"]
+        left = [str(group) for group in hierarchy.groups(job) if group.exists()]
+        assert left == [], f"cgroups left behind: {left}"
+    finally:
+        zygote.stdin.close()
+        zygote.wait(timeout=10)

@@ -162,7 +162,7 @@ def prepare_workdir(
 class JobSupervisor:
     """Runs one job's plan to a final state; `run()` returns that state."""
 
-    def __init__(self, job_dir: Path, plan: Plan) -> None:
+    def __init__(self, job_dir: Path, plan: Plan, first_groups: dict[str, list[Path]] | None = None) -> None:
         self._job_dir = job_dir
         self._plan = plan
         self._logs = job_dir / "logs"
@@ -178,12 +178,11 @@ class JobSupervisor:
         # Where a worker that is stopped, not failed, ends: KILLED unless the job succeeded.
         self._stopped_as = WorkerState.KILLED
         self._sandbox = sandbox.detect("required", "jobs") if plan.sandbox is not None else None
-        self._hierarchy = (
-            Hierarchy(plan.cgroups.version, Path(plan.cgroups.root), plan.cgroups.parent)  # type: ignore[arg-type]
-            if plan.cgroups is not None
-            else None
-        )
+        self._hierarchy = hierarchy_of(plan)
         self._oom: dict[str, str | None] = {}
+        # Each worker's groups for its first run, where the zygote made them (`zygote`);
+        # a run without them makes its own as it starts.
+        self._first_groups = dict(first_groups or {})
         self._trainers_started = False
         self._notifier: socket.socket | None = None
         if plan.notify is not None:
@@ -217,6 +216,7 @@ class JobSupervisor:
             state, reason = JobState.KILLED, "killed: the supervisor was told to stop"
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        self._remove_unused_cgroups()
         # Workers' private /tmp goes with them; logs and output stay.
         shutil.rmtree(self._job_dir / "tmp", ignore_errors=True)
         self._finish(state, reason)
@@ -402,7 +402,7 @@ class JobSupervisor:
             assert self._sandbox is not None
             argv = self._sandbox.wrap(self._view(worker), argv)
         env.update(worker.env)
-        groups = [str(group) for group in self._make_cgroup(worker)]
+        groups = [str(group) for group in self._cgroups_for(worker)]
         # The child gets its own copy of the descriptor; ours is closed once it exists.
         log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -429,20 +429,23 @@ class JobSupervisor:
             uid=boxed.uid, gid=boxed.gid, binds=tuple(binds), cwd=WORKDIR, tmp=str(self._tmpdir(worker))
         )
 
-    def _make_cgroup(self, worker: Worker) -> list[Path]:
-        """A fresh group with the worker's limits for this run of it (none without cgroups)."""
+    def _cgroups_for(self, worker: Worker) -> list[Path]:
+        """Fresh groups for this run of `worker`: on its first run, the ones made beforehand."""
+        made = self._first_groups.pop(worker.name, None)
+        if made is not None:
+            return made
         if self._hierarchy is None:
             return []
-        limits = Limits(
-            worker.memory_bytes, worker.cpu_milli, self._plan.cgroups.pids_max if self._plan.cgroups else None
-        )
-        relative = self._cgroup_of(worker)
-        self._hierarchy.remove(relative, timeout=0)  # a previous run's, if the kernel still had it
-        return self._hierarchy.create(relative, limits)
+        return make_worker_cgroup(self._hierarchy, self._plan, worker)
+
+    def _remove_unused_cgroups(self) -> None:
+        """Remove the groups made for workers that never started (the job ended first)."""
+        for worker in self._plan.workers:
+            if self._first_groups.pop(worker.name, None) is not None and self._hierarchy is not None:
+                self._hierarchy.remove(self._cgroup_of(worker))
 
     def _cgroup_of(self, worker: Worker) -> str:
-        assert self._plan.cgroups is not None
-        return f"{self._plan.cgroups.job}/{worker.name}"
+        return cgroup_of(self._plan, worker)
 
     def _out_of_memory(self, worker: Worker) -> str | None:
         """'out of memory: used X of Y; raise -memory' if the worker's group saw an OOM kill."""
@@ -565,6 +568,27 @@ class Child:
         return await asyncio.shield(self._exited)
 
 
+def hierarchy_of(plan: Plan) -> Hierarchy | None:
+    """Where the plan's workers get their groups; None without cgroups."""
+    if plan.cgroups is None:
+        return None
+    return Hierarchy(plan.cgroups.version, Path(plan.cgroups.root), plan.cgroups.parent)  # type: ignore[arg-type]
+
+
+def cgroup_of(plan: Plan, worker: Worker) -> str:
+    """The worker's group, relative to the hierarchy's parent."""
+    assert plan.cgroups is not None
+    return f"{plan.cgroups.job}/{worker.name}"
+
+
+def make_worker_cgroup(hierarchy: Hierarchy, plan: Plan, worker: Worker) -> list[Path]:
+    """A fresh group with the worker's limits for one run of it; OSError if the kernel refuses."""
+    limits = Limits(worker.memory_bytes, worker.cpu_milli, plan.cgroups.pids_max if plan.cgroups else None)
+    relative = cgroup_of(plan, worker)
+    hierarchy.remove(relative, timeout=0)  # a previous run's, if the kernel still had it
+    return hierarchy.create(relative, limits)
+
+
 def nvidia_nodes() -> list[str]:
     """The NVIDIA device nodes on this machine. All GPUs' nodes are bound: CUDA numbers
     devices by what it can open, so a worker keeps the machine's numbering, and
@@ -623,20 +647,36 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give either JOB_DIR or --zygote")
     if args.zygote:
         return zygote(own_cgroup_procs() if args.warm_cgroup_moves else None)
-    job_dir: Path = args.job_dir.absolute()
+    return run_job_dir(args.job_dir.absolute())
+
+
+def read_plan(job_dir: Path) -> Plan:
+    """The job's plan.json; KeyError for a missing field, OSError, ValueError or TypeError."""
+    return Plan.from_dict(json.loads((job_dir / "plan.json").read_text(encoding="utf-8")))
+
+
+def run_job_dir(job_dir: Path, ready: _Ready | None = None) -> int:
+    """Run the job in `job_dir` (absolute), with what the zygote made `ready` for it; main's
+    exit status."""
     _detach_output(job_dir)
-    try:
-        plan = Plan.from_dict(json.loads((job_dir / "plan.json").read_text(encoding="utf-8")))
-    except KeyError as exc:
-        return _refuse(job_dir, f"plan.json lacks the field {exc}")
-    except (OSError, ValueError, TypeError) as exc:
-        return _refuse(job_dir, f"cannot read plan.json: {exc}")
+    if ready is not None:
+        plan = ready.plan
+    else:
+        try:
+            plan = read_plan(job_dir)
+        except KeyError as exc:
+            return _refuse(job_dir, f"plan.json lacks the field {exc}")
+        except (OSError, ValueError, TypeError) as exc:
+            return _refuse(job_dir, f"cannot read plan.json: {exc}")
     if plan.sandbox is not None:
         try:
             sandbox.detect("required", "jobs")
         except sandbox.SandboxUnavailable as exc:
+            if ready is not None:
+                ready.remove()
             return _refuse(job_dir, str(exc))
-    state = asyncio.run(JobSupervisor(job_dir, plan).run())
+    first_groups = ready.groups if ready is not None else None
+    state = asyncio.run(JobSupervisor(job_dir, plan, first_groups).run())
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
 
@@ -660,12 +700,19 @@ def zygote(warm: Path | None = None) -> int:
     worker's move into its own cgroup, on the way to the program, is quick.
     """
     signal.signal(signal.SIGCHLD, _reap_children)
+    # Worked out once here rather than in every copy (each the same for all jobs).
+    sandbox.system_binds()
+    sandbox.python_paths()
     # What is imported by now is shared with every fork: kept out of the collector's
     # sweeps, so that they do not touch (and copy) every page of it in each copy.
     gc.freeze()
-    answers = sys.stdout.buffer
+    # Answers go to the service on our stdout, and only answers: anything else that would
+    # print (a warning logged while making a job's groups) goes to stderr instead.
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     for line in sys.stdin.buffer:
         job_dir = os.fsdecode(line.rstrip(b"\n"))
+        ready = _Ready.make(Path(job_dir))
         try:
             # The copy is born in the job's directory: the service may look at its pid
             # before the copy has run a single line.
@@ -673,9 +720,11 @@ def zygote(warm: Path | None = None) -> int:
             pid = os.fork()
         except OSError as exc:
             answer = f"error: cannot fork a supervisor: {exc}"
+            if ready is not None:
+                ready.remove()
         else:
             if pid == 0:
-                _become_supervisor(job_dir)
+                _become_supervisor(job_dir, ready)
             answer = str(pid)
         finally:
             os.chdir("/")
@@ -709,14 +758,56 @@ def _reap_children(signum: int, frame: FrameType | None) -> None:
             pass
 
 
-def _become_supervisor(job_dir: str) -> NoReturn:
+@dataclass
+class _Ready:
+    """What the zygote prepares for a job before forking its supervisor: the plan, read,
+    and each worker's groups for its first run.
+
+    The groups are made here because of the warm move below: a move into a cgroup holds
+    the kernel's cgroup lock through an RCU grace period (7-20 ms measured), and a
+    supervisor making its groups right after the fork waited for all of it.
+    """
+
+    plan: Plan
+    groups: dict[str, list[Path]]
+
+    @classmethod
+    def make(cls, job_dir: Path) -> _Ready | None:
+        """None when the plan cannot be read or a group cannot be made: the supervisor then
+        does it all itself, and says what is wrong the way it always has."""
+        try:
+            plan = read_plan(job_dir)
+        except (KeyError, OSError, ValueError, TypeError):
+            return None
+        ready = cls(plan, {})
+        hierarchy = hierarchy_of(plan)
+        if hierarchy is None:
+            return ready
+        try:
+            for worker in plan.workers:
+                ready.groups[worker.name] = make_worker_cgroup(hierarchy, plan, worker)
+        except OSError:
+            ready.remove()
+            return None
+        return ready
+
+    def remove(self) -> None:
+        """Remove the groups again (no supervisor will use them)."""
+        hierarchy = hierarchy_of(self.plan)
+        if hierarchy is not None:
+            for worker in self.plan.workers:
+                if self.groups.pop(worker.name, None) is not None:
+                    hierarchy.remove(cgroup_of(self.plan, worker), timeout=0)
+
+
+def _become_supervisor(job_dir: str, ready: _Ready | None) -> NoReturn:
     """In a fork of the zygote: leave its session and descriptors, and run the job."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        code = main([job_dir])
+        code = run_job_dir(Path(job_dir), ready)
     except BaseException as exc:  # the copy must reach _exit, whatever happened
         with contextlib.suppress(Exception):
             os.write(2, f"paddlecloud supervisor: {exc!r}\n".encode())
