@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import resource
 import shutil
 import signal
 import statistics
@@ -46,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import aiohttp
@@ -57,7 +56,7 @@ from paddlecloud.pfs import cephfs
 from paddlecloud.transfer import CHUNK_SIZE
 
 from . import aim
-from .procs import child_pid, cpu_seconds
+from .procs import child_pid, children_cpu_seconds, cpu_seconds
 
 SIZE = 2**30
 CHUNK = 1 << 20
@@ -196,9 +195,10 @@ async def chunked_ceiling(source: Path, workdir: Path) -> float:
 
 async def cli_from_file_response(
     cli: list[str], env: dict[str, str], source: Path, sha256: str, workdir: Path
-) -> float:
+) -> tuple[float, float]:
     """Seconds for the CLI to download `source` from a bare `FileResponse`: the same client,
-    doing the same verification, with no gateway and no pfs in between.
+    doing the same verification, with no gateway and no pfs in between; and the CPU seconds
+    of the download, the CLI's and the `FileResponse`'s (this process's).
 
     The app answers only what `cp` asks: a token, the file's stat (with its sha256) and the file.
     """
@@ -241,7 +241,7 @@ async def cli_from_file_response(
     out = workdir / "direct-download.bin"
     try:
         drop_caches_for(source)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), children_cpu_seconds() + time.process_time()
         process = await asyncio.create_subprocess_exec(
             *cli,
             "cp",
@@ -253,11 +253,12 @@ async def cli_from_file_response(
         )
         assert await process.wait() == 0, "the CLI could not download from the bare FileResponse"
         seconds = time.perf_counter() - start
+        cpu = children_cpu_seconds() + time.process_time() - cpu
     finally:
         await runner.cleanup()
     assert sha256_of(out) == sha256, "downloaded bytes differ"
     out.unlink()
-    return seconds
+    return seconds, cpu
 
 
 @contextlib.contextmanager
@@ -302,37 +303,36 @@ ROUNDS = int(os.environ.get("PADDLECLOUD_BENCH_PFS_ROUNDS", "3"))
 
 
 @dataclass(frozen=True)
-class UploadCpu:
-    """CPU seconds (user and system) that one upload cost each process, against the bare
-    handler's upload (its client and handler are this process)."""
+class TransferCpu:
+    """CPU seconds (user and system) that one transfer through the platform cost each
+    process, and what its baseline cost in all."""
 
     cli: float
     gateway: float
     pfs: float
-    bare: float
+    baseline: float
 
     @classmethod
-    def now(cls, services: dict[str, int], bare: float) -> UploadCpu:
-        """Totals so far: the CLI's among this process's reaped children, the services' own."""
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    def now(cls, services: dict[str, int], baseline: float = 0.0) -> TransferCpu:
+        """Totals so far: this process's reaped children (the CLI) and the services' own."""
         gateway, pfs = (cpu_seconds(services[name])[0] for name in ("gateway", "pfs"))
-        return cls(children.ru_utime + children.ru_stime, gateway, pfs, bare)
+        return cls(children_cpu_seconds(), gateway, pfs, baseline)
 
-    def __sub__(self, before: UploadCpu) -> UploadCpu:
-        return UploadCpu(
-            self.cli - before.cli, self.gateway - before.gateway, self.pfs - before.pfs, self.bare
+    def __sub__(self, before: TransferCpu) -> TransferCpu:
+        return TransferCpu(
+            self.cli - before.cli, self.gateway - before.gateway, self.pfs - before.pfs, self.baseline
         )
 
     @classmethod
-    def median(cls, rounds: list[UploadCpu]) -> UploadCpu:
+    def median(cls, rounds: list[TransferCpu]) -> TransferCpu:
         return cls(*(statistics.median(getattr(r, f.name) for r in rounds) for f in fields(cls)))
 
-    def describe(self) -> str:
+    def describe(self, what: str, baseline: str) -> str:
         total = self.cli + self.gateway + self.pfs
         return (
-            f"CPU seconds of one upload (median of the rounds): CLI {self.cli:.2f}, gateway "
+            f"CPU seconds of one {what} (median of the rounds): CLI {self.cli:.2f}, gateway "
             f"{self.gateway:.2f}, pfs {self.pfs:.2f}: {total:.2f} in all on {os.cpu_count()} CPUs, against "
-            f"{self.bare:.2f} for the bare handler and its client"
+            f"{self.baseline:.2f} for {baseline}"
         )
 
 
@@ -371,7 +371,8 @@ def main() -> None:
     down = Row("download: CLI <- gateway <- pfs (verified)", baseline=direct)
     down_ceiling = Row("  plain aiohttp client <- bare FileResponse")
     against_plain = Row("  CLI <- gateway <- pfs, against the plain client", down.seconds, down_ceiling)
-    upload_cpu: list[UploadCpu] = []
+    upload_cpu: list[TransferCpu] = []
+    download_cpu: list[TransferCpu] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("PADDLECLOUD_BENCH_DIR")) as tmp:
         work = Path(tmp)
         source = work / "source.bin"
@@ -401,9 +402,9 @@ def main() -> None:
 
                 remote = f"/pfs/datacenter1/home/admin/bench-{round_}.bin"
                 drop_caches_for(source)
-                before = UploadCpu.now(services, bare_cpu)
+                before = TransferCpu.now(services, bare_cpu)
                 up.seconds.append(timed([*cli, "cp", "-q", str(source), remote], env))
-                upload_cpu.append(UploadCpu.now(services, bare_cpu) - before)
+                upload_cpu.append(TransferCpu.now(services, bare_cpu) - before)
                 stored = work / "data" / "pfs" / "home" / "admin" / f"bench-{round_}.bin"
                 assert sha256_of(stored) == expected, "uploaded bytes differ"
                 settle()
@@ -412,16 +413,20 @@ def main() -> None:
                 # In turns, so that neither download row always goes first.
                 for step in ("direct", "pfs") if round_ % 2 == 0 else ("pfs", "direct"):
                     if step == "direct":
-                        direct.seconds.append(
-                            asyncio.run(cli_from_file_response(cli, env, stored, expected, work))
+                        seconds, direct_cpu = asyncio.run(
+                            cli_from_file_response(cli, env, stored, expected, work)
                         )
+                        direct.seconds.append(seconds)
                         settle()
                         continue
                     drop_caches_for(stored)
                     downloaded = work / "downloaded.bin"
+                    before = TransferCpu.now(services)
                     down.seconds.append(timed([*cli, "cp", "-q", remote, str(downloaded)], env))
+                    download_cpu.append(TransferCpu.now(services) - before)
                     assert sha256_of(downloaded) == expected, "downloaded bytes differ"
                     settle(downloaded)
+                download_cpu[-1] = replace(download_cpu[-1], baseline=direct_cpu)
                 subprocess.run([*cli, "rm", remote], env=env, check=True, stdout=subprocess.DEVNULL)
                 settle()
 
@@ -440,7 +445,8 @@ def main() -> None:
             line += f"{statistics.median(ratios):>8.2f}x  {min(ratios):.2f}-{max(ratios):.2f}"
         print(line)
     print(f"CLI start-up (paddlecloud --help), part of every CLI row: {startup:.2f} s")
-    print(UploadCpu.median(upload_cpu).describe())
+    print(TransferCpu.median(upload_cpu).describe("upload", "the bare handler and its client"))
+    print(TransferCpu.median(download_cpu).describe("download", "the CLI from the bare FileResponse"))
     for row, goal in ((up, AIM_UPLOAD), (down, AIM_DOWNLOAD)):
         ratio = statistics.median(row.ratios())
         what = f"{row.name.split(':')[0]} >= {goal:.2f}x of its baseline"

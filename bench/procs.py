@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 
@@ -33,3 +34,9 @@ def machine_cpu_seconds() -> float:
     with open("/proc/stat", encoding="ascii") as f:
         user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of the children this process has reaped so far."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return children.ru_utime + children.ru_stime
