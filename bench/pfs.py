@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import aiohttp
@@ -304,35 +304,30 @@ ROUNDS = int(os.environ.get("PADDLECLOUD_BENCH_PFS_ROUNDS", "3"))
 
 @dataclass(frozen=True)
 class TransferCpu:
-    """CPU seconds (user and system) that one transfer through the platform cost each
-    process, and what its baseline cost in all."""
+    """CPU seconds (user and system) that one transfer through the platform cost each process."""
 
     cli: float
     gateway: float
     pfs: float
-    baseline: float
 
     @classmethod
-    def now(cls, services: dict[str, int], baseline: float = 0.0) -> TransferCpu:
+    def now(cls, services: dict[str, int]) -> TransferCpu:
         """Totals so far: this process's reaped children (the CLI) and the services' own."""
-        gateway, pfs = (cpu_seconds(services[name])[0] for name in ("gateway", "pfs"))
-        return cls(children_cpu_seconds(), gateway, pfs, baseline)
+        return cls(children_cpu_seconds(), cpu_seconds(services["gateway"]), cpu_seconds(services["pfs"]))
 
     def __sub__(self, before: TransferCpu) -> TransferCpu:
-        return TransferCpu(
-            self.cli - before.cli, self.gateway - before.gateway, self.pfs - before.pfs, self.baseline
-        )
+        return TransferCpu(self.cli - before.cli, self.gateway - before.gateway, self.pfs - before.pfs)
 
     @classmethod
     def median(cls, rounds: list[TransferCpu]) -> TransferCpu:
         return cls(*(statistics.median(getattr(r, f.name) for r in rounds) for f in fields(cls)))
 
-    def describe(self, what: str, baseline: str) -> str:
+    def describe(self, what: str, baseline: float, baseline_name: str) -> str:
         total = self.cli + self.gateway + self.pfs
         return (
             f"CPU seconds of one {what} (median of the rounds): CLI {self.cli:.2f}, gateway "
             f"{self.gateway:.2f}, pfs {self.pfs:.2f}: {total:.2f} in all on {os.cpu_count()} CPUs, against "
-            f"{self.baseline:.2f} for {baseline}"
+            f"{baseline:.2f} for {baseline_name}"
         )
 
 
@@ -373,6 +368,8 @@ def main() -> None:
     against_plain = Row("  CLI <- gateway <- pfs, against the plain client", down.seconds, down_ceiling)
     upload_cpu: list[TransferCpu] = []
     download_cpu: list[TransferCpu] = []
+    bare_upload_cpu: list[float] = []  # the bare handler and its client (this process)
+    direct_download_cpu: list[float] = []  # the CLI and the bare FileResponse
     with tempfile.TemporaryDirectory(dir=os.environ.get("PADDLECLOUD_BENCH_DIR")) as tmp:
         work = Path(tmp)
         source = work / "source.bin"
@@ -394,6 +391,7 @@ def main() -> None:
                 cp.seconds.append(timed(["sh", "-c", f"cp {source} {copy} && sync {copy}"], env))
                 settle(copy)
                 up_seconds, down_seconds, bare_cpu = asyncio.run(bare_ceiling(source, work, settle))
+                bare_upload_cpu.append(bare_cpu)
                 up_ceiling.seconds.append(up_seconds)
                 down_ceiling.seconds.append(down_seconds)
                 settle(work / "bare-download")
@@ -402,9 +400,9 @@ def main() -> None:
 
                 remote = f"/pfs/datacenter1/home/admin/bench-{round_}.bin"
                 drop_caches_for(source)
-                before = TransferCpu.now(services, bare_cpu)
+                before = TransferCpu.now(services)
                 up.seconds.append(timed([*cli, "cp", "-q", str(source), remote], env))
-                upload_cpu.append(TransferCpu.now(services, bare_cpu) - before)
+                upload_cpu.append(TransferCpu.now(services) - before)
                 stored = work / "data" / "pfs" / "home" / "admin" / f"bench-{round_}.bin"
                 assert sha256_of(stored) == expected, "uploaded bytes differ"
                 settle()
@@ -417,6 +415,7 @@ def main() -> None:
                             cli_from_file_response(cli, env, stored, expected, work)
                         )
                         direct.seconds.append(seconds)
+                        direct_download_cpu.append(direct_cpu)
                         settle()
                         continue
                     drop_caches_for(stored)
@@ -426,7 +425,6 @@ def main() -> None:
                     download_cpu.append(TransferCpu.now(services) - before)
                     assert sha256_of(downloaded) == expected, "downloaded bytes differ"
                     settle(downloaded)
-                download_cpu[-1] = replace(download_cpu[-1], baseline=direct_cpu)
                 subprocess.run([*cli, "rm", remote], env=env, check=True, stdout=subprocess.DEVNULL)
                 settle()
 
@@ -445,8 +443,11 @@ def main() -> None:
             line += f"{statistics.median(ratios):>8.2f}x  {min(ratios):.2f}-{max(ratios):.2f}"
         print(line)
     print(f"CLI start-up (paddlecloud --help), part of every CLI row: {startup:.2f} s")
-    print(TransferCpu.median(upload_cpu).describe("upload", "the bare handler and its client"))
-    print(TransferCpu.median(download_cpu).describe("download", "the CLI from the bare FileResponse"))
+    for what, rounds, baseline, name in (
+        ("upload", upload_cpu, bare_upload_cpu, "the bare handler and its client"),
+        ("download", download_cpu, direct_download_cpu, "the CLI from the bare FileResponse"),
+    ):
+        print(TransferCpu.median(rounds).describe(what, statistics.median(baseline), name))
     for row, goal in ((up, AIM_UPLOAD), (down, AIM_DOWNLOAD)):
         ratio = statistics.median(row.ratios())
         what = f"{row.name.split(':')[0]} >= {goal:.2f}x of its baseline"

@@ -22,11 +22,10 @@ def child_pid(parent: int, argument: str, what: str) -> int:
     raise RuntimeError(f"no {what} under pid {parent}")
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) of the process, and of the descendants it has reaped."""
-    fields = [int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
-    tick = os.sysconf("SC_CLK_TCK")
-    return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the process has spent itself."""
+    fields = [int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]]
+    return (fields[0] + fields[1]) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_cpu_seconds() -> float:
