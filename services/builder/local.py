@@ -51,17 +51,20 @@ import platform
 import shutil
 import signal
 import site
+import stat
 import sys
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import structlog
 
+from paddlecloud.common import beneath
 from paddlecloud.common import sandbox as sandboxes
+from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
-from paddlecloud.common.sandbox import Bind, View, chown_tree
+from paddlecloud.common.sandbox import Bind, View
 
 from .backend import (
     BaseRefused,
@@ -221,19 +224,43 @@ class LocalBuildBackend(BuildBackend):
         except (FileNotFoundError, NotADirectoryError, OSError):
             return None
         env = self._builds / Path(target).name
-        return env if (env / META).is_file() else None
+        try:
+            whole = stat.S_ISREG(os.lstat(env / META).st_mode)
+        except OSError:
+            return None
+        return env if whole else None
+
+    @staticmethod
+    def _read_meta(env: Path) -> dict[str, Any]:
+        """The environment's metadata, read without following a link (OSError, ValueError)."""
+        fd = beneath.open_top(env)
+        try:
+            meta = json.loads(beneath.read_file(fd, META))
+        finally:
+            os.close(fd)
+        if not isinstance(meta, dict):
+            raise ValueError(f"{META} is not an object")
+        return meta
+
+    @staticmethod
+    def _touch(env: Path) -> None:
+        fd = beneath.open_top(env)
+        try:
+            beneath.touch(fd, LAST_USED)
+        finally:
+            os.close(fd)
 
     async def lookup(self, key: str, *, touch: bool) -> Published | None:
         env = self._published_dir(key)
         if env is None:
             return None
         try:
-            meta = json.loads((env / META).read_text(encoding="utf-8"))
+            meta = self._read_meta(env)
         except (OSError, ValueError):
             return None
         if touch:
             with contextlib.suppress(OSError):
-                (env / LAST_USED).touch()
+                self._touch(env)
         return Published({"python": self._python_of(key)}, str(meta.get("build_id", "")))
 
     # -- building --------------------------------------------------------------------
@@ -263,7 +290,10 @@ class LocalBuildBackend(BuildBackend):
                     pip = self._sandbox.wrap(self._view(env, run), pip)
                 await self._step(out, "pip install", pip, run, deadline)
                 if self._sandbox.enabled:
-                    await asyncio.to_thread(self._hand_over, env, run, 0)
+                    try:
+                        await asyncio.to_thread(self._hand_over, env, run, 0)
+                    except OSError as exc:
+                        raise _Failed(f"cannot take the environment back from the build: {exc}") from None
                 await asyncio.to_thread(self._finish, env, request)
                 self._publish(request.key, env)
                 published = True
@@ -298,7 +328,11 @@ class LocalBuildBackend(BuildBackend):
 
     @staticmethod
     def _hand_over(env: Path, run: Path, uid: int) -> None:
-        """Give the environment and the run directory to the build's uid, or back to root."""
+        """Give the environment and the run directory to the build's uid, or back to root.
+
+        Back to root only once pip's sandbox is gone (its PID namespace dies with it), and
+        through descriptors even so: a link the build left is changed itself, never what
+        it points at."""
         chown_tree(env, uid, uid)
         chown_tree(run, uid, uid)
 
@@ -372,20 +406,50 @@ class LocalBuildBackend(BuildBackend):
         raise _Failed(f"{message}: {errors}" if errors else message)
 
     def _finish(self, env: Path, request: BuildRequest) -> None:
-        """Make the platform importable after the user's packages; record size and origin."""
-        site_packages = env / self._site_packages
+        """Make the platform importable after the user's packages; record size and origin.
+
+        The environment was the build's to write until a moment ago, and pip ran code the
+        requirements named: anything may stand at these paths (a link aimed at a file of
+        root's, a directory). So each file is created new, beneath the environment's
+        descriptor, through no symlink, and never over something already there; what is
+        in the way fails the build, saying what, and the environment is not published.
+        """
         # A .pth line that starts with `import` is executed, one line at a time.
         lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in self._site_dirs)
-        (site_packages / PLATFORM_PTH).write_text(lines, encoding="utf-8")
-        size = _disk_usage(env)
-        meta = {
-            "key": request.key,
-            "build_id": request.build_id,
-            "built_at": time.time(),
-            "size": size,
-        }
-        _write_synced(env / META, json.dumps(meta) + "\n")
-        (env / LAST_USED).touch()
+        try:
+            top = beneath.open_top(env)
+        except OSError as exc:
+            raise _Failed(f"the environment {env} cannot be opened: {exc.strerror}") from None
+        try:
+            self._create(top, f"{self._site_packages}/{PLATFORM_PTH}", lines)
+            meta = {
+                "key": request.key,
+                "build_id": request.build_id,
+                "built_at": time.time(),
+                "size": _disk_usage(env),
+            }
+            self._create(top, LAST_USED, "")
+            # Last: its presence is what makes the environment whole (_published_dir).
+            self._create(top, META, json.dumps(meta) + "\n")
+        finally:
+            os.close(top)
+
+    @staticmethod
+    def _create(top: int, relative: str, text: str) -> None:
+        try:
+            beneath.write_new(top, relative, text.encode())
+        except FileExistsError:
+            raise _Failed(
+                f"refused: the build left something at {relative} in the environment, where the "
+                "builder writes its own file; nothing was published"
+            ) from None
+        except beneath.LinkRefused:
+            raise _Failed(
+                f"refused: the build left a symlink on the way to {relative} in the environment; the "
+                "builder does not follow links a build made, and nothing was published"
+            ) from None
+        except OSError as exc:
+            raise _Failed(f"cannot write {relative} in the environment: {exc.strerror}") from None
 
     def _publish(self, key: str, env: Path) -> None:
         """Point `envs/<key>` at the finished environment in one rename."""
@@ -439,8 +503,8 @@ class LocalBuildBackend(BuildBackend):
             if env is None:
                 continue
             try:
-                size = int(json.loads((env / META).read_text(encoding="utf-8"))["size"])
-                last_used = (env / LAST_USED).stat().st_mtime
+                size = int(self._read_meta(env)["size"])
+                last_used = os.lstat(env / LAST_USED).st_mtime
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             result.append(CacheEntry(link.name, size, last_used))
@@ -451,7 +515,7 @@ class LocalBuildBackend(BuildBackend):
         if env is None:
             return False
         try:
-            if (env / LAST_USED).stat().st_mtime > unless_used_after:
+            if os.lstat(env / LAST_USED).st_mtime > unless_used_after:
                 return False
         except FileNotFoundError:
             pass
@@ -519,13 +583,6 @@ def _disk_usage(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
     return total
-
-
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:

@@ -240,10 +240,3 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
     args += ["--chdir", view.cwd, "--"]
     return args
 
-
-def chown_tree(path: Path, uid: int, gid: int) -> None:
-    """Give `path` and everything below it to uid:gid, never following a symlink."""
-    os.lchown(path, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in (*dirnames, *filenames):
-            os.lchown(os.path.join(dirpath, name), uid, gid)

@@ -10,7 +10,6 @@ symlink a user's job planted cannot lead out of their home either.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
 
-from . import errors
+from . import beneath, errors
 from .config import Config
 from .internal_auth import Identity
 
@@ -167,83 +166,10 @@ def resolve_for(identity: Identity, text: str, datacenter: str, *, write: bool) 
     return path
 
 
-# openat2(2) -------------------------------------------------------------------
-
-_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(os.uname().machine)
-RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_BENEATH = 0x08
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-def _load_libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - every Linux has a libc
-        return None
-
-
-_LIBC = _load_libc()
-
-
-def _openat2(dirfd: int, relative: str, flags: int, mode: int) -> int:
-    assert _LIBC is not None and _SYS_OPENAT2 is not None
-    how = _OpenHow(
-        flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
-    )
-    fd = int(_LIBC.syscall(_SYS_OPENAT2, dirfd, relative.encode(), ctypes.byref(how), ctypes.sizeof(how)))
-    if fd < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), relative)
-    return fd
-
-
-def _probe_openat2() -> bool:
-    if _LIBC is None or _SYS_OPENAT2 is None:
-        return False
-    root = os.open("/", os.O_PATH | os.O_DIRECTORY)
-    try:
-        os.close(_openat2(root, ".", os.O_PATH | os.O_DIRECTORY, 0))
-        return True
-    except OSError as exc:
-        if exc.errno in (errno.ENOSYS, errno.EPERM):  # old kernel, or a seccomp filter
-            return False
-        raise
-    finally:
-        os.close(root)
-
-
-def _walk_nofollow(dirfd: int, relative: str, flags: int, mode: int) -> int:
-    """The fallback: one component at a time, refusing every symlink (ELOOP), in or out."""
-    names = [] if relative == "." else relative.split("/")
-    current = os.dup(dirfd)
-    try:
-        for name in names[:-1]:
-            try:
-                nxt = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
-            except NotADirectoryError:
-                if stat.S_ISLNK(os.stat(name, dir_fd=current, follow_symlinks=False).st_mode):
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
-                raise
-            os.close(current)
-            current = nxt
-        last = names[-1] if names else "."
-        try:
-            fd = os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=current)
-        except NotADirectoryError:
-            # O_DIRECTORY on a final symlink: a symlink, as above, not a missing directory.
-            if stat.S_ISLNK(os.stat(last, dir_fd=current, follow_symlinks=False).st_mode):
-                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
-            raise
-        # With O_PATH, O_NOFOLLOW opens a final symlink itself instead of failing.
-        if stat.S_ISLNK(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative)
-        return fd
-    finally:
-        os.close(current)
+# openat2(2) and the O_NOFOLLOW walk live in beneath.py, shared with the builder and jobs.
+_openat2 = beneath.openat2
+_probe_openat2 = beneath.probe_openat2
+_walk_nofollow = beneath.walk_nofollow
 
 
 def open_volume(config: Config) -> Root:

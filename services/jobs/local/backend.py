@@ -43,9 +43,10 @@ import structlog
 
 from paddlecloud.common import cgroups
 from paddlecloud.common import sandbox as sandboxes
+from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
-from paddlecloud.common.sandbox import Bind, chown_tree
+from paddlecloud.common.sandbox import Bind
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, KILLED, PENDING, RUNNING, TERMINAL_STATES, utcnow
 from paddlecloud.common.volume import PfsPath, Root, parse_path
