@@ -675,14 +675,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 """
 
 
-def make_evil_sdist(directory: Path, targets: dict[str, str]) -> None:
+def make_evil_sdist(directory: Path, targets: dict[str, str], wrapper: str = "") -> Path:
+    """evilpkg's sdist in `directory`; `wrapper` is backend code appended (it may wrap build_wheel)."""
     files = {
         "pyproject.toml": (
             '[build-system]\nrequires = []\nbuild-backend = "evil_backend"\nbackend-path = ["."]\n'
             '[project]\nname = "evilpkg"\nversion = "1.0"\n'
         ),
         "PKG-INFO": "Metadata-Version: 2.1\nName: evilpkg\nVersion: 1.0\n",
-        "evil_backend.py": EVIL_BACKEND.format(targets=json.dumps(targets)),
+        "evil_backend.py": EVIL_BACKEND.format(targets=json.dumps(targets)) + wrapper,
     }
     with tarfile.open(directory / "evilpkg-1.0.tar.gz", "w:gz") as tar:
         for name, text in files.items():
@@ -690,6 +691,7 @@ def make_evil_sdist(directory: Path, targets: dict[str, str]) -> None:
             member = tarfile.TarInfo(f"evilpkg-1.0/{name}")
             member.size = len(data)
             tar.addfile(member, io.BytesIO(data))
+    return directory / "evilpkg-1.0.tar.gz"
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make system-deps)")
