@@ -122,12 +122,29 @@ def open_beneath(dirfd: int, relative: str, flags: int, mode: int = 0o644) -> in
     try:
         if _have_openat2():
             resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
-            return openat2(dirfd, relative, flags | os.O_NOFOLLOW, mode, resolve)
+            try:
+                return openat2(dirfd, relative, flags | os.O_NOFOLLOW, mode, resolve)
+            except NotADirectoryError:
+                # O_DIRECTORY met a final symlink (ENOTDIR, not ELOOP): say it was a link.
+                if flags & os.O_DIRECTORY and _is_link(dirfd, relative, resolve):
+                    raise OSError(errno.ELOOP, REFUSED, relative) from None
+                raise
         return walk_nofollow(dirfd, relative, flags, mode)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EXDEV):
             raise LinkRefused(exc.errno, REFUSED, relative) from None
         raise
+
+
+def _is_link(dirfd: int, relative: str, resolve: int) -> bool:
+    try:
+        fd = openat2(dirfd, relative, os.O_PATH | os.O_NOFOLLOW, 0, resolve)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISLNK(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
 
 
 def open_top(path: Path | str) -> int:

@@ -15,9 +15,14 @@ import test_builder
 from aiohttp import web
 from test_builder import Builds, make_evil_sdist
 
+from paddlecloud.builder.backend import BuildRequest
+from paddlecloud.builder.local import LAST_USED, META, PLATFORM_PTH, LocalBuildBackend, _Failed
+from support import make_config
+
 # test_builder's fixtures: a builder service behind a gateway, its settings, a wheelhouse.
 builds, builder_settings = test_builder.builds, test_builder.builder_settings
 wheelhouse = test_builder.wheelhouse
+SITE = "<site-packages>"
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bubblewrap (make system-deps)"),
     pytest.mark.skipif(os.geteuid() != 0, reason="the attack is on a builder running as root"),
@@ -84,3 +89,63 @@ async def test_symlinks_a_build_plants_at_the_builders_own_files_change_nothing_
     assert "refused" in build["reason"] and "_paddlecloud_platform.pth" in build["reason"], build
     assert "nothing was published" in logs
     assert builds.envs() == []
+
+
+# -- each place the builder writes, one at a time (no pip: the environment is laid out here) --
+
+
+@pytest.fixture
+async def backend(tmp_path: Path) -> LocalBuildBackend:
+    config = make_config(tmp_path, pfs={"datacenter": "dc1"}, builder={"work_dir": str(tmp_path / "builder")})
+    built = LocalBuildBackend(config)
+    await built.open()
+    return built
+
+
+def laid_out(backend: LocalBuildBackend, build_id: str) -> Path:
+    """A build directory as pip's run may leave it: a venv's site-packages, nothing else."""
+    env = backend.work_dir / "builds" / build_id
+    (env / backend._site_packages).mkdir(parents=True)
+    return env
+
+
+@pytest.mark.parametrize("where", [f"{SITE}/{PLATFORM_PTH}", META, LAST_USED])
+async def test_a_link_at_a_file_the_builder_writes_is_refused(
+    backend: LocalBuildBackend, canaries: dict[str, Path], where: str
+) -> None:
+    env = laid_out(backend, "b1")
+    (env / where.replace(SITE, str(backend._site_packages))).symlink_to(canaries["pth"])
+    before = canaries["pth"].read_bytes()
+    with pytest.raises(_Failed, match="refused: the build left something at"):
+        backend._finish(env, BuildRequest("b1", "k1", "alice", "x\n"))
+    assert canaries["pth"].read_bytes() == before
+
+
+async def test_a_link_on_the_way_to_site_packages_is_refused(
+    backend: LocalBuildBackend, canaries: dict[str, Path]
+) -> None:
+    env = laid_out(backend, "b1")
+    site = env / backend._site_packages
+    site.rmdir()
+    site.symlink_to(canaries["pth"].parent)  # the .pth would land among root's files
+    with pytest.raises(_Failed, match="refused: the build left a symlink on the way"):
+        backend._finish(env, BuildRequest("b1", "k1", "alice", "x\n"))
+    assert sorted(p.name for p in canaries["pth"].parent.iterdir()) == ["config.yaml", "internal.secret"]
+
+
+async def test_lookup_neither_reads_nor_touches_through_links(
+    backend: LocalBuildBackend, canaries: dict[str, Path]
+) -> None:
+    env = laid_out(backend, "b1")
+    backend._finish(env, BuildRequest("b1", "k1", "alice", "x\n"))
+    backend._publish("k1", env)
+    assert await backend.lookup("k1", touch=True) is not None
+    os.utime(canaries["pth"], (1, 1))
+    (env / LAST_USED).unlink()
+    (env / LAST_USED).symlink_to(canaries["pth"])
+    await backend.lookup("k1", touch=True)
+    assert canaries["pth"].stat().st_mtime == 1
+    (env / META).unlink()
+    (env / META).symlink_to(canaries["meta"])
+    assert await backend.lookup("k1", touch=True) is None
+    assert await backend.entries() == []

@@ -51,7 +51,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from paddlecloud.common import sandbox
+from paddlecloud.common import beneath, sandbox
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, View
@@ -140,23 +140,51 @@ def write_atomically(path: Path, text: str, *, durable: bool = True) -> None:
 
 
 def prepare_workdir(
-    workdir: Path, package: Path, *, trainer_id: int, trainer_count: int, seen_at: str | None = None
+    workdir: Path,
+    package: Path,
+    *,
+    trainer_id: int,
+    trainer_count: int,
+    seen_at: str | None = None,
+    within: Path | None = None,
 ) -> None:
     """Mirror `package` in `workdir` with symlinks and add the worker's own id files.
 
     The links point into `seen_at`, where the worker sees the package (its sandbox's
-    path for it), or into `package` itself."""
+    path for it), or into `package` itself. `within` is the directory a user could write
+    that holds the package (their home): the package is then listed through a descriptor
+    opened beneath it, through no symlink, so that a job which swapped a directory on the
+    way for a link does not have root list a directory of root's for it (LinkRefused)."""
     workdir.mkdir(parents=True, exist_ok=True)
     own = {"trainer_id": str(trainer_id), "trainer_count": str(trainer_count)}
     target = Path(seen_at) if seen_at is not None else package.absolute()
-    with os.scandir(package) as entries:
-        for entry in entries:
-            link = workdir / entry.name
-            if entry.name not in own and not link.is_symlink():
-                link.symlink_to(target / entry.name)
+    for name in _package_names(package, within):
+        link = workdir / name
+        if name not in own and not link.is_symlink():
+            link.symlink_to(target / name)
     for name, value in own.items():
         # Remade with the workers; a crash of the machine ends the job anyway.
         write_atomically(workdir / name, value + "\n", durable=False)
+
+
+def _package_names(package: Path, within: Path | None) -> list[str]:
+    if within is None:
+        return os.listdir(package)
+    top = beneath.open_top(within)
+    try:
+        fd = beneath.open_beneath(top, os.path.relpath(package, within), os.O_RDONLY | os.O_DIRECTORY)
+    finally:
+        os.close(top)
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def _bind_holding(path: str, binds: Iterable[Bind]) -> Path | None:
+    """The source of the bind that `path` lies in (the deepest), if any."""
+    holding = [b.source for b in binds if path == b.source or path.startswith(b.source.rstrip("/") + "/")]
+    return Path(max(holding, key=len)) if holding else None
 
 
 class JobSupervisor:
@@ -226,20 +254,11 @@ class JobSupervisor:
 
     async def _run_job(self) -> tuple[JobState, str]:
         """Parameter servers, then trainers once every server accepts connections."""
-        boxed = self._plan.sandbox
         for worker in self._plan.workers:
-            prepare_workdir(
-                self._workdir(worker),
-                Path(boxed.package_host if boxed else worker.cwd),
-                trainer_id=worker.index,
-                trainer_count=len(self._plan.trainers),
-                seen_at=worker.cwd if boxed else None,
-            )
-            if boxed is not None:
-                tmp = self._tmpdir(worker)
-                tmp.mkdir(parents=True, exist_ok=True)
-                for path in (self._workdir(worker), tmp):
-                    os.lchown(path, boxed.uid, boxed.gid)
+            try:
+                self._prepare(worker)
+            except beneath.LinkRefused as exc:
+                return JobState.FAILED, f"the package cannot be read: {exc.filename}: {exc.strerror}"
         loop = asyncio.get_running_loop()
         self._port_deadline = loop.time() + self._plan.port_timeout_seconds
         tasks: dict[asyncio.Task[str | None], Worker] = {}
@@ -482,6 +501,23 @@ class JobSupervisor:
         return min(self._plan.restart_delay_seconds * 2 ** (restarts - 1), MAX_RESTART_DELAY_SECONDS)
 
     # -- records ---------------------------------------------------------------------
+
+    def _prepare(self, worker: Worker) -> None:
+        """The worker's working directory (and private /tmp), made before any of its code runs."""
+        boxed = self._plan.sandbox
+        prepare_workdir(
+            self._workdir(worker),
+            Path(boxed.package_host if boxed else worker.cwd),
+            trainer_id=worker.index,
+            trainer_count=len(self._plan.trainers),
+            seen_at=worker.cwd if boxed else None,
+            within=_bind_holding(boxed.package_host, boxed.binds) if boxed else None,
+        )
+        if boxed is not None:
+            tmp = self._tmpdir(worker)
+            tmp.mkdir(parents=True, exist_ok=True)
+            for path in (self._workdir(worker), tmp):
+                os.lchown(path, boxed.uid, boxed.gid)
 
     def _workdir(self, worker: Worker) -> Path:
         return self._job_dir / "work" / worker.name
