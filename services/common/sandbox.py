@@ -239,4 +239,3 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
             mounted.add(target)
     args += ["--chdir", view.cwd, "--"]
     return args
-

@@ -151,3 +151,15 @@ def test_a_directory_swapped_for_a_link_is_refused(resolver: bool, canary: Path,
             beneath.open_beneath(fd, "sub", os.O_RDONLY | os.O_DIRECTORY)
     finally:
         os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives files away")
+def test_a_set_uid_file_given_back_to_root_loses_its_set_uid_bits(tree: Path) -> None:
+    # What a build leaves becomes root's: a set-uid program in it must not become root's set-uid.
+    program = tree / "sub" / "program"
+    program.write_bytes(b"#!/bin/sh\n")
+    os.chown(program, 4242, 4242)
+    program.chmod(0o6755)
+    beneath.chown_tree(tree, 0, 0)
+    st = program.lstat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
