@@ -468,6 +468,9 @@ def _secret_bytes(value: SecretStr | None, file: Path | None, name: str) -> byte
 def apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """Return `raw` with every `PADDLECLOUD_<SECTION>_<KEY>` variable of `env` applied."""
     sections = set(Config.model_fields)
+    for name in sections:
+        if not isinstance(raw.get(name) or {}, dict):
+            raise ConfigError(f"config {name}: a section is a mapping of settings, not {raw[name]!r}")
     merged = {name: dict(raw.get(name) or {}) for name in sections}
     merged.update({k: v for k, v in raw.items() if k not in sections})
     for var, value in env.items():
