@@ -505,7 +505,13 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         raw = loaded
-    merged = apply_env(raw, os.environ if env is None else env)
+    return validate_config(raw, os.environ if env is None else env)
+
+
+def validate_config(raw: dict[str, Any], env: Mapping[str, str]) -> Config:
+    """`raw` (a config file's sections) with `env`'s overrides applied, validated; ConfigError
+    naming the first bad or unknown setting."""
+    merged = apply_env(raw, env)
     try:
         return Config.model_validate(merged)
     except ValidationError as exc:

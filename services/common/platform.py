@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import aiohttp
 import yaml
 
-from .config import ConfigError, apply_env, load_config
+from .config import ConfigError, apply_env, validate_config
 from .runner import LISTEN_BACKLOG
 
 SERVICES = ("jobs", "pfs", "builder")  # started first; the gateway last, once they answer
@@ -60,24 +60,34 @@ SERVER_OWNED_SETTINGS = {
 }
 
 
-def read_server_config(path: Path | None, env: Mapping[str, str]) -> dict[str, Any]:
+def read_server_config(path: Path | None, env: Mapping[str, str], datacenter: str) -> dict[str, Any]:
     """The sections of a `--server-config` file, once it and the environment's
-    PADDLECLOUD_* variables validate (an unknown section or key, or a bad value, is named)
-    and set nothing the server sets itself; StartupError otherwise."""
+    PADDLECLOUD_* variables validate under the server's own defaults (an unknown section or
+    key, or a bad value, is named) and set nothing the server sets itself; StartupError
+    otherwise."""
     where = f"--server-config {path}" if path is not None else "the environment"
+    raw: Any = {}
+    if path is not None:
+        try:
+            raw = yaml.safe_load(path.expanduser().read_text()) or {}
+        except OSError as exc:
+            raise StartupError(f"{where}: cannot read it: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise StartupError(f"{where} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise StartupError(f"{where}: the top level must be a mapping of sections")
     try:
-        load_config(path, env)
+        from_env = apply_env({}, env)
+        probe = dict(raw)
+        probe["pfs"] = {"datacenter": datacenter, **(raw.get("pfs") or {})}
+        validate_config(probe, env)
     except ConfigError as exc:
         raise StartupError(f"{where}: {exc}") from None
-    raw: dict[str, Any] = {}
-    if path is not None:
-        raw = yaml.safe_load(path.expanduser().read_text()) or {}
     clashes = [
         f"{key} ({why})"
         for key, why in SERVER_OWNED_SETTINGS.items()
         if key.partition(".")[2] in (raw.get(key.partition(".")[0]) or {})
     ]
-    from_env = apply_env({}, env)
     clashes += [
         f"PADDLECLOUD_{key.replace('.', '_').upper()} ({why})"
         for key, why in SERVER_OWNED_SETTINGS.items()
@@ -196,7 +206,7 @@ class Platform:
     def prepare(self) -> str | None:
         """Lock the data directory, create it and its secrets; the new admin password on a
         first run. `StartupError` when another server holds the directory."""
-        read_server_config(self.base_config, os.environ)  # refused before anything starts
+        read_server_config(self.base_config, os.environ, self.datacenter)  # refused before anything starts
         if self._lock_fd is None:
             self.lock()
         for d in (self.data_dir, self.run_dir, self.log_dir, self.data_dir / "pfs"):
@@ -229,7 +239,7 @@ class Platform:
             child.log_path = self.log_dir / f"{child.name}.log"
 
     def _config_file(self) -> Path:
-        raw = read_server_config(self.base_config, os.environ)
+        raw = read_server_config(self.base_config, os.environ, self.datacenter)
         raw.setdefault("store", {}).setdefault("url", f"sqlite:///{self.data_dir}/paddlecloud.db")
         raw.setdefault("pfs", {}).setdefault("root", str(self.data_dir / "pfs"))
         raw["pfs"].setdefault("datacenter", self.datacenter)

@@ -52,9 +52,9 @@ def test_the_server_refuses_a_config_setting_its_own_ports_naming_each(tmp_path:
 
 def test_the_same_from_the_environment_is_refused_naming_the_variable(tmp_path: Path) -> None:
     with pytest.raises(StartupError, match=r"PADDLECLOUD_PFS_PORT \(paddlecloud server gives"):
-        read_server_config(None, {"PADDLECLOUD_PFS_PORT": "9000"})
+        read_server_config(None, {"PADDLECLOUD_PFS_PORT": "9000"}, "dc1")
     with pytest.raises(StartupError, match=r"PADDLECLOUD_GATEWAY_BUILDER_URL"):
-        read_server_config(written(tmp_path, {}), {"PADDLECLOUD_GATEWAY_BUILDER_URL": "http://x"})
+        read_server_config(written(tmp_path, {}), {"PADDLECLOUD_GATEWAY_BUILDER_URL": "http://x"}, "dc1")
 
 
 @pytest.mark.parametrize(
@@ -68,10 +68,19 @@ def test_the_same_from_the_environment_is_refused_naming_the_variable(tmp_path: 
 )
 def test_unknown_or_bad_settings_are_refused_by_name(tmp_path: Path, settings: object, named: str) -> None:
     with pytest.raises(StartupError) as refused:
-        read_server_config(written(tmp_path, settings), {})
+        read_server_config(written(tmp_path, settings), {}, "dc1")
     assert named in str(refused.value) and str(refused.value).startswith("--server-config ")
 
 
 def test_what_the_server_leaves_to_the_config_is_kept(tmp_path: Path) -> None:
     settings = {"jobs": {"sandbox": "off", "grace_seconds": 2.0}, "pfs": {"root": str(tmp_path / "pfs")}}
-    assert read_server_config(written(tmp_path, settings), {}) == settings
+    assert read_server_config(written(tmp_path, settings), {}, "dc1") == settings
+
+
+def test_a_config_is_checked_under_the_servers_own_datacenter_name(tmp_path: Path) -> None:
+    # Valid only for the datacenter `--datacenter-name` gives, not the config's default one.
+    volumes = {"dc9": {"kind": "pvc", "claim_name": "pfs"}}
+    settings = {"jobs": {"backend": "kubernetes", "kubernetes": {"datacenters": volumes}}}
+    assert read_server_config(written(tmp_path, settings), {}, "dc9") == settings
+    with pytest.raises(StartupError, match="no volume for datacenter 'dc1'"):
+        read_server_config(written(tmp_path, settings), {}, "dc1")
