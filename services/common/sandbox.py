@@ -17,8 +17,9 @@ system can raise it again). What it sees is only what a `View` lists:
 The network namespace is the host's: a job's workers reach each other on loopback.
 
 Inside, a seccomp filter (services/common/seccomp.py, Docker's default set) refuses the
-system calls that reach machine-wide kernel state or make namespaces: no nested user
-namespace, which would hand the process every capability inside it. bwrap's own
+system calls that reach machine-wide kernel state or make namespaces (no nested user
+namespace, which would hand the process every capability inside it), and any set-uid or
+set-gid mode, so nothing a sandboxed process writes carries one. bwrap's own
 `--disable-userns` cannot be used here: it needs bwrap to make a user namespace, and a
 process in one cannot switch to a host uid with setpriv. bwrap reads its options from a
 memory file (`--args`), so the sandbox's PID 1 (bwrap's reaper) shows `bwrap --args N` in

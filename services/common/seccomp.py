@@ -6,7 +6,8 @@ allowed except the system calls that reach kernel state shared by the whole mach
 (keyrings, BPF, perf, kernel modules, clocks, swap, reboot, mounts), that make new
 namespaces (a user namespace hands its creator every capability inside it), that open
 files by handle, or that have a long record of kernel bugs and no use in training
-(userfaultfd, io_uring). A refused call fails with EPERM, as it would for an unprivileged
+(userfaultfd, io_uring). Beyond Docker's set, no file may be given a set-uid or set-gid
+bit. A refused call fails with EPERM, as it would for an unprivileged
 process, so programs that probe for these features carry on without them.
 
 The BPF program is made by libseccomp (Debian's `libseccomp2`, the library Docker,
@@ -54,6 +55,22 @@ NAMESPACE_FLAGS = {
     "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
     "CLONE_NEWTIME": 0x00000080,
+}
+# Set-uid and set-gid bits: no sandboxed process may put one on a file (the argument
+# that holds the mode, per call), so nothing a job writes into a home can later run as
+# its uid for whoever starts it on the host. openat2 carries its mode in memory, where a
+# filter cannot read it: ENOSYS, and the C library's open is used instead.
+SET_ID_BITS = (0o4000, 0o2000)
+MODE_ARGUMENT = {
+    "chmod": 1,
+    "fchmod": 1,
+    "fchmodat": 2,
+    "fchmodat2": 2,
+    "open": 2,
+    "openat": 3,
+    "creat": 1,
+    "mknod": 1,
+    "mknodat": 2,
 }
 # personality(2) is allowed whole, unlike Docker, which allows only some values: libseccomp
 # cannot say "flag set and not the query value" in one rule, the unsafe flags (no ASLR,
@@ -134,6 +151,10 @@ def filter_program() -> bytes:
         # clone3 passes its flags in memory, where a filter cannot read them: ENOSYS makes
         # the C library fall back to clone, as under Docker.
         rule(_act_errno(errno.ENOSYS), "clone3")
+        for name, argument in MODE_ARGUMENT.items():
+            for bit in SET_ID_BITS:
+                rule(eperm, name, (argument, _CMP_MASKED_EQ, bit, bit))
+        rule(_act_errno(errno.ENOSYS), "openat2")
         fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
         try:
             code = lib.seccomp_export_bpf(ctx, fd)

@@ -1,5 +1,5 @@
 """A sandboxed local job's hardening, from inside a real job: no nested user namespace, the
-seccomp filter's EPERM, a PID 1 that names no host path, homes where set-id bits are inert."""
+seccomp filter's EPERM, a PID 1 that names no host path, no set-id bit on anything it writes."""
 
 from __future__ import annotations
 
@@ -44,11 +44,22 @@ piped = subprocess.run("echo hello | tr a-z A-Z", shell=True, capture_output=Tru
 say(probe="ordinary", thread=box, piped=piped)
 
 home = os.environ["PADDLE_CLOUD_PFS_HOME"]
-setuid = os.path.join(home, "setuid-tool")
-with open(setuid, "w") as f:
+tool = os.path.join(home, "tool")
+with open(tool, "w") as f:
     f.write("#!/bin/sh\\n")
-os.chmod(setuid, 0o6755)
-say(probe="home", nosuid=bool(os.statvfs(home).f_flag & os.ST_NOSUID), mode=oct(os.stat(setuid).st_mode))
+refused = []
+for bits in (0o4755, 0o2755):
+    try:
+        os.chmod(tool, bits)
+    except PermissionError:
+        refused.append(oct(bits))
+try:
+    os.close(os.open(os.path.join(home, "made-set-uid"), os.O_WRONLY | os.O_CREAT, 0o4755))
+except PermissionError:
+    refused.append("open")
+paths = {name: os.path.join(home, name) for name in ("tool", "made-set-uid")}
+modes = {name: oct(os.stat(path).st_mode & 0o7777) for name, path in paths.items() if os.path.exists(path)}
+say(probe="home", nosuid=bool(os.statvfs(home).f_flag & os.ST_NOSUID), refused=refused, modes=modes)
 """
 
 
@@ -91,6 +102,10 @@ async def test_the_sandboxs_pid_1_names_no_host_path(jobs: Jobs) -> None:
     assert not [arg for arg in cmdline for path in host_paths if path in arg], cmdline
 
 
-async def test_set_id_bits_a_job_sets_in_its_home_are_inert(jobs: Jobs) -> None:
+async def test_a_job_cannot_put_set_id_bits_on_what_it_writes_into_its_home(jobs: Jobs) -> None:
     home = (await probes(jobs, "setid"))["home"]
-    assert home["nosuid"] is True, home  # the kernel ignores set-id bits on this mount
+    assert home["refused"] == ["0o4755", "0o2755", "open"], home
+    assert home["modes"] == {"tool": "0o644"}, home  # as written; the set-uid one never made
+    on_host = [p for p in jobs.home().rglob("*") if p.lstat().st_mode & 0o6000]
+    assert on_host == []
+    assert home["nosuid"] is True, home  # and inside, the kernel would ignore them anyway
