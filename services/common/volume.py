@@ -76,7 +76,7 @@ class PfsPath:
         return PfsPath(self.datacenter, self.area, self.owner, self.parts[:-1])
 
     def child(self, name: str) -> PfsPath:
-        name = unicodedata.normalize("NFC", name) if _encodes(name) else name
+        name = unicodedata.normalize("NFC", name)
         check_name(name, self.text)
         return PfsPath(self.datacenter, self.area, self.owner, (*self.parts, name))
 
@@ -129,8 +129,7 @@ def parse_path(text: str, datacenter: str) -> PfsPath:
     are one file, as a user reading them expects, not two look-alikes."""
     if not isinstance(text, str) or not text:
         raise BAD_PATH("a PFS path is required, such as /pfs/<datacenter>/home/<user>/file")
-    if _encodes(text):  # a lone surrogate is refused below, with the component named
-        text = unicodedata.normalize("NFC", text)
+    text = unicodedata.normalize("NFC", text)  # a lone surrogate stays, and is refused below
     shown = text if len(text) <= 200 else text[:200] + "…"
     if len(text.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
         raise BAD_PATH(f"{shown}: a path may be at most {MAX_PATH_BYTES} bytes")
