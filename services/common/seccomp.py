@@ -7,8 +7,8 @@ allowed except the system calls that reach kernel state shared by the whole mach
 namespaces (a user namespace hands its creator every capability inside it), that open
 files by handle, or that have a long record of kernel bugs and no use in training
 (userfaultfd, io_uring). Beyond Docker's set, no file may be given a set-uid or set-gid
-bit. A refused call fails with EPERM, as it would for an unprivileged
-process, so programs that probe for these features carry on without them.
+bit. A refused call fails with EPERM, as it would for an unprivileged process, so
+programs that probe for these features carry on without them.
 
 The BPF program is made by libseccomp (Debian's `libseccomp2`, the library Docker,
 systemd and apt itself use; apt depends on it, so every Debian system has it) through
