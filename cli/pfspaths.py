@@ -9,11 +9,14 @@ your home) mark a remote path; everything else there is a local path.
 
 Nothing here normalises `..` or `.` away: the server refuses traversal in every spelling,
 and a client that quietly rewrote the path would hide the mistake (reject, do not sanitize).
+Names are put in Unicode's composed form (NFC), as the server keeps them: a name read from
+a Mac's disk (decomposed, NFD) then matches the same name in a listing.
 """
 
 from __future__ import annotations
 
 import posixpath
+import unicodedata
 
 from .errors import PaddleCloudError
 
@@ -41,6 +44,16 @@ def needs_home(arg: str) -> bool:
 
 
 def resolve(arg: str, datacenter: str | None, user: str | None) -> str:
+    """The absolute PFS path an argument names, in composed form (NFC); `PfsPathError`
+    when it names none (see `_resolve`)."""
+    return _composed(_resolve(arg, datacenter, user))
+
+
+def _composed(path: str) -> str:
+    return unicodedata.normalize("NFC", path)
+
+
+def _resolve(arg: str, datacenter: str | None, user: str | None) -> str:
     """The absolute PFS path an argument names; `PfsPathError` when it names none.
 
     A trailing slash is kept: for `cp` it says "into this directory". A leading `./` of a
@@ -89,7 +102,7 @@ def basename(path: str) -> str:
 def join(base: str, relative: str) -> str:
     """`base/relative` for a PFS path and a `/`-separated relative path ('' gives `base`)."""
     base = strip_slash(base)
-    return f"{base}/{relative}" if relative else base
+    return _composed(f"{base}/{relative}") if relative else base
 
 
 def relative_to(path: str, base: str) -> str:

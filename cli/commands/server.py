@@ -130,7 +130,11 @@ def register(tree: CommandTree) -> None:
         p,
         "server-config",
         metavar="FILE",
-        help="a paddlecloud.yaml whose sections are merged under the embedded defaults",
+        help=(
+            "a paddlecloud.yaml whose sections are merged under the embedded defaults; what the"
+            " server sets itself (ports, hosts, service URLs, the admin, the internal secret)"
+            " is refused, as is any unknown key"
+        ),
     )
     add_flag(
         p,

@@ -54,7 +54,7 @@ import site
 import stat
 import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -64,7 +64,7 @@ from paddlecloud.common import beneath
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
-from paddlecloud.common.sandbox import Bind, View
+from paddlecloud.common.sandbox import Bind, Command, View
 
 from .backend import (
     BaseRefused,
@@ -285,10 +285,14 @@ class LocalBuildBackend(BuildBackend):
                     *self._index_args,
                     *("-r", "requirements.txt"),
                 ]
+                command = Command(pip)
                 if self._sandbox.enabled:
                     await asyncio.to_thread(self._hand_over, env, run, self._build_uid)
-                    pip = self._sandbox.wrap(self._view(env, run), pip)
-                await self._step(out, "pip install", pip, run, deadline)
+                    command = self._sandbox.wrap(self._view(env, run), pip)
+                try:
+                    await self._step(out, "pip install", command.argv, run, deadline, command.fds)
+                finally:
+                    command.close()
                 if self._sandbox.enabled:
                     try:
                         await asyncio.to_thread(self._hand_over, env, run, 0)
@@ -357,8 +361,17 @@ class LocalBuildBackend(BuildBackend):
             env.update(HOME=str(run / "tmp"), PIP_CACHE_DIR=str(run / "cache"))
         return env
 
-    async def _step(self, out: BinaryIO, what: str, argv: list[str], run: Path, deadline: float) -> None:
-        """Run one command of the build with its output in the log; _Failed if it fails."""
+    async def _step(
+        self,
+        out: BinaryIO,
+        what: str,
+        argv: list[str],
+        run: Path,
+        deadline: float,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
+        """Run one command of the build with its output in the log; _Failed if it fails.
+        `pass_fds`: descriptors the command reads (the sandbox's options and filter)."""
         say(out, "$ " + " ".join(argv))
         start_offset = os.fstat(out.fileno()).st_size
         remaining = deadline - time.monotonic()
@@ -376,6 +389,7 @@ class LocalBuildBackend(BuildBackend):
             cwd=run,
             env=self._environ(run),
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         log.info("build_step_started", step=what, pid=proc.pid, argv0=argv[0])
         try:

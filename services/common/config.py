@@ -468,6 +468,9 @@ def _secret_bytes(value: SecretStr | None, file: Path | None, name: str) -> byte
 def apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """Return `raw` with every `PADDLECLOUD_<SECTION>_<KEY>` variable of `env` applied."""
     sections = set(Config.model_fields)
+    for name in sections:
+        if not isinstance(raw.get(name) or {}, dict):
+            raise ConfigError(f"config {name}: a section is a mapping of settings, not {raw[name]!r}")
     merged = {name: dict(raw.get(name) or {}) for name in sections}
     merged.update({k: v for k, v in raw.items() if k not in sections})
     for var, value in env.items():
@@ -502,7 +505,13 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
         raw = loaded
-    merged = apply_env(raw, os.environ if env is None else env)
+    return validate_config(raw, os.environ if env is None else env)
+
+
+def validate_config(raw: dict[str, Any], env: Mapping[str, str]) -> Config:
+    """`raw` (a config file's sections) with `env`'s overrides applied, validated; ConfigError
+    naming the first bad or unknown setting."""
+    merged = apply_env(raw, env)
     try:
         return Config.model_validate(merged)
     except ValidationError as exc:

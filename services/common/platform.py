@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,6 +25,7 @@ from typing import Any, TextIO
 import aiohttp
 import yaml
 
+from .config import ConfigError, apply_env, validate_config
 from .runner import LISTEN_BACKLOG
 
 SERVICES = ("jobs", "pfs", "builder")  # started first; the gateway last, once they answer
@@ -38,6 +39,63 @@ HEALTHY_RUN = 60.0
 
 class StartupError(Exception):
     """The platform could not start; the message says which part and why."""
+
+
+# What `paddlecloud server` sets itself, whatever a --server-config or a PADDLECLOUD_*
+# variable says: each is refused at start with what to do instead, never dropped unseen.
+_OWN_PORT = "paddlecloud server gives each service a free loopback port of its own choosing"
+_OWN_ADMIN = "the server's administrator is 'admin', its password kept in DATA_DIR/admin.password"
+SERVER_OWNED_SETTINGS = {
+    "gateway.host": "use --host",
+    "gateway.port": "use --port",
+    **{f"{name}.{key}": _OWN_PORT for name in SERVICES for key in ("host", "port")},
+    **{f"gateway.{name}_url": "the server connects its services itself" for name in SERVICES},
+    "builder.url": "the server connects its services itself",
+    "pfs.url": "the server connects its services itself",
+    "gateway.admin_username": _OWN_ADMIN,
+    "gateway.admin_password": _OWN_ADMIN,
+    "gateway.admin_password_file": _OWN_ADMIN,
+    "internal.secret": "the server keeps its own secret in DATA_DIR/internal.secret",
+    "internal.secret_file": "the server keeps its own secret in DATA_DIR/internal.secret",
+}
+
+
+def read_server_config(path: Path | None, env: Mapping[str, str], datacenter: str) -> dict[str, Any]:
+    """The sections of a `--server-config` file, once it and the environment's
+    PADDLECLOUD_* variables validate under the server's own defaults (an unknown section or
+    key, or a bad value, is named) and set nothing the server sets itself; StartupError
+    otherwise."""
+    where = f"--server-config {path}" if path is not None else "the environment"
+    raw: Any = {}
+    if path is not None:
+        try:
+            raw = yaml.safe_load(path.expanduser().read_text()) or {}
+        except OSError as exc:
+            raise StartupError(f"{where}: cannot read it: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise StartupError(f"{where} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise StartupError(f"{where}: the top level must be a mapping of sections")
+    try:
+        from_env = apply_env({}, env)
+        probe = dict(raw)
+        probe["pfs"] = {"datacenter": datacenter, **(raw.get("pfs") or {})}
+        validate_config(probe, env)
+    except ConfigError as exc:
+        raise StartupError(f"{where}: {exc}") from None
+    clashes = [
+        f"{key} ({why})"
+        for key, why in SERVER_OWNED_SETTINGS.items()
+        if key.partition(".")[2] in (raw.get(key.partition(".")[0]) or {})
+    ]
+    clashes += [
+        f"PADDLECLOUD_{key.replace('.', '_').upper()} ({why})"
+        for key, why in SERVER_OWNED_SETTINGS.items()
+        if key.partition(".")[2] in from_env.get(key.partition(".")[0], {})
+    ]
+    if clashes:
+        raise StartupError(f"{where} sets what paddlecloud server sets itself: " + "; ".join(clashes))
+    return raw
 
 
 @dataclass
@@ -148,6 +206,7 @@ class Platform:
     def prepare(self) -> str | None:
         """Lock the data directory, create it and its secrets; the new admin password on a
         first run. `StartupError` when another server holds the directory."""
+        read_server_config(self.base_config, os.environ, self.datacenter)  # refused before anything starts
         if self._lock_fd is None:
             self.lock()
         for d in (self.data_dir, self.run_dir, self.log_dir, self.data_dir / "pfs"):
@@ -180,9 +239,7 @@ class Platform:
             child.log_path = self.log_dir / f"{child.name}.log"
 
     def _config_file(self) -> Path:
-        raw: dict[str, Any] = {}
-        if self.base_config is not None:
-            raw = yaml.safe_load(self.base_config.read_text()) or {}
+        raw = read_server_config(self.base_config, os.environ, self.datacenter)
         raw.setdefault("store", {}).setdefault("url", f"sqlite:///{self.data_dir}/paddlecloud.db")
         raw.setdefault("pfs", {}).setdefault("root", str(self.data_dir / "pfs"))
         raw["pfs"].setdefault("datacenter", self.datacenter)

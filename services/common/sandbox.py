@@ -16,6 +16,15 @@ system can raise it again). What it sees is only what a `View` lists:
 
 The network namespace is the host's: a job's workers reach each other on loopback.
 
+Inside, a seccomp filter (services/common/seccomp.py, Docker's default set) refuses the
+system calls that reach machine-wide kernel state or make namespaces (no nested user
+namespace, which would hand the process every capability inside it), and any set-uid or
+set-gid mode, so nothing a sandboxed process writes carries one. bwrap's own
+`--disable-userns` cannot be used here: it needs bwrap to make a user namespace, and a
+process in one cannot switch to a host uid with setpriv. bwrap reads its options from a
+memory file (`--args`), so the sandbox's PID 1 (bwrap's reaper) shows `bwrap --args N` in
+`/proc/1/cmdline` rather than the host paths it binds.
+
 Why bwrap as root plus setpriv, rather than bwrap in a user namespace: as root, bwrap
 needs no unprivileged user namespaces (which some distributions restrict), and the
 process really runs as the unprivileged uid on the host, so files it writes are owned by
@@ -32,11 +41,13 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import structlog
+
+from .seccomp import SeccompUnavailable, filter_program
 
 log = structlog.get_logger(__name__)
 
@@ -91,6 +102,35 @@ class View:
 
 
 @dataclass(frozen=True)
+class Command:
+    """A command line and the descriptors it reads (bwrap's options, the seccomp filter):
+    the child must inherit them at these numbers, and the caller closes its own copies
+    with `close()` once the child started."""
+
+    argv: list[str]
+    fds: tuple[int, ...] = field(default=())
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def _memory_file(name: str, data: bytes) -> int:
+    """A close-on-exec descriptor of a fresh memory file holding `data`, read from its start.
+
+    A fresh one per command: a child reads it to its end, moving the offset it shares with
+    every other holder of this descriptor."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass(frozen=True)
 class Sandbox:
     """How this machine sandboxes: `bwrap` (and `setpriv` to drop root), or nothing."""
 
@@ -113,11 +153,13 @@ class Sandbox:
             return "bwrap namespaces, an unprivileged uid per user"
         return "bwrap namespaces with the service's own uid (not root: uids cannot be switched)"
 
-    def wrap(self, view: View, argv: Sequence[str]) -> list[str]:
-        """The command line that runs `argv` inside `view`."""
+    def wrap(self, view: View, argv: Sequence[str]) -> Command:
+        """The command that runs `argv` inside `view`, under the seccomp filter."""
         if self.bwrap is None:
-            return list(argv)
-        command = [self.bwrap, *bwrap_args(view, system_binds(), python_paths())]
+            return Command(list(argv))
+        options = bwrap_args(view, system_binds(), python_paths())
+        assert options[-1] == "--"
+        command = ["--"]
         if self.switches_uid:
             assert self.setpriv is not None
             command += [
@@ -125,7 +167,15 @@ class Sandbox:
                 *(f"--reuid={view.uid}", f"--regid={view.gid}", "--clear-groups"),
                 *("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"),
             ]
-        return command + list(argv)
+        seccomp = _memory_file("paddlecloud-seccomp", filter_program())
+        try:
+            options = [*options[:-1], "--seccomp", str(seccomp)]
+            data = b"".join(os.fsencode(option) + b"\0" for option in options)
+            arguments = _memory_file("paddlecloud-bwrap-args", data)
+        except BaseException:
+            os.close(seccomp)
+            raise
+        return Command([self.bwrap, "--args", str(arguments), *command, *argv], (arguments, seccomp))
 
 
 def detect(mode: SandboxMode, what: str) -> Sandbox:
@@ -140,6 +190,10 @@ def detect(mode: SandboxMode, what: str) -> Sandbox:
         missing.append("bwrap (Debian: apt-get install bubblewrap)")
     if root and setpriv is None:
         missing.append("setpriv (util-linux)")
+    try:
+        filter_program()  # made once here, so forks inherit it
+    except SeccompUnavailable as exc:
+        missing.append(f"a seccomp filter ({exc})")
     if missing:
         if mode == "required":
             raise SandboxUnavailable(f"{what} need a sandbox and this machine lacks {', '.join(missing)}")

@@ -36,6 +36,9 @@ _DANGEROUS_NFKC = ("/", "\\", "\x00")
 # Separators that no normalisation maps to '/', but that other systems' "best fit"
 # conversions do: division and fraction slashes, solidus and reverse-solidus variants.
 _SEPARATOR_LOOKALIKES = frozenset("\u2215\u2044\u29f8\u29f9\u29f5\u2216\uff0f\uff3c\ufe68")
+# Bidirectional controls (marks, embeddings, overrides, isolates): an RLO makes
+# `gpj.exe` show as `exe.jpg`, so a name with one shows as something it is not.
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 BAD_PATH = errors.ErrorKind("ERR_BAD_PATH", 400, "Bad PFS path")
 PATH_FORBIDDEN = errors.ErrorKind("ERR_PATH_FORBIDDEN", 403, "Not allowed on this path")
@@ -72,6 +75,7 @@ class PfsPath:
         return PfsPath(self.datacenter, self.area, self.owner, self.parts[:-1])
 
     def child(self, name: str) -> PfsPath:
+        name = unicodedata.normalize("NFC", name)
         check_name(name, self.text)
         return PfsPath(self.datacenter, self.area, self.owner, (*self.parts, name))
 
@@ -91,6 +95,8 @@ def check_name(name: str, where: str) -> None:
         raise BAD_PATH(f"{where}: control characters and backslashes are not allowed in names")
     if _SEPARATOR_LOOKALIKES.intersection(name):
         raise BAD_PATH(f"{where}: {name!r} contains a character that looks like a path separator")
+    if _BIDI_CONTROLS.intersection(name):
+        raise BAD_PATH(f"{where}: {name!r} contains a bidirectional control character (such as U+202E)")
     if "\ufffd" in name or not _encodes(name):
         # A lone surrogate (JSON may spell one as "\udc80") is no UTF-8 name either.
         raise BAD_PATH(f"{where}: the path is not valid UTF-8")
@@ -115,9 +121,14 @@ def _encodes(name: str) -> bool:
 
 
 def parse_path(text: str, datacenter: str) -> PfsPath:
-    """Parse an absolute PFS path; 400 for a malformed one, 404 for an unknown datacenter."""
+    """Parse an absolute PFS path; 400 for a malformed one, 404 for an unknown datacenter.
+
+    Names are taken in Unicode's composed form (NFC), whichever form the client sent: `é`
+    typed on one machine and `e` + a combining accent sent by another (macOS's file names)
+    are one file, as a user reading them expects, not two look-alikes."""
     if not isinstance(text, str) or not text:
         raise BAD_PATH("a PFS path is required, such as /pfs/<datacenter>/home/<user>/file")
+    text = unicodedata.normalize("NFC", text)  # a lone surrogate stays, and is refused below
     shown = text if len(text) <= 200 else text[:200] + "…"
     if len(text.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
         raise BAD_PATH(f"{shown}: a path may be at most {MAX_PATH_BYTES} bytes")

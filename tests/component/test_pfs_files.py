@@ -801,3 +801,39 @@ async def test_everyone_reads_public_only_admins_write_it(pfs: Pfs) -> None:
     resp = await pfs.call("DELETE", "files", "admin", params={"path": f"{PUBLIC}/data", "recursive": "1"})
     assert resp.status == 204
     assert sorted(p.name for p in public.iterdir()) == ["datasets", "mine"]
+
+
+NFC_NAME = "caf\u00e9"  # é as one code point
+NFD_NAME = "cafe\u0301"  # e and a combining acute accent: looks the same
+
+
+async def test_names_are_taken_in_composed_form_so_look_alikes_are_one_file(pfs: Pfs) -> None:
+    resp = await pfs.call("POST", "mkdir", json={"path": f"{HOME}/alice/{NFD_NAME}"})
+    assert resp.status == 201, await resp.text()
+    assert (await resp.json())["name"] == NFC_NAME
+    assert [p.name for p in pfs.home("alice").iterdir()] == [NFC_NAME]
+    # The other spelling names the same directory on every endpoint.
+    again = await pfs.call("POST", "mkdir", json={"path": f"{HOME}/alice/{NFC_NAME}"})
+    await problem(again, 409, "ERR_ALREADY_EXISTS")
+    write(pfs.home("alice") / NFC_NAME / "x.txt", b"X")
+    stat = await pfs.ok_json("stat", path=f"{HOME}/alice/{NFD_NAME}/x.txt")
+    assert stat["path"] == f"{HOME}/alice/{NFC_NAME}/x.txt"
+    download = await pfs.get("files", path=f"{HOME}/alice/{NFD_NAME}/x.txt")
+    assert await download.read() == b"X"
+    resp = await mv(pfs, f"alice/{NFD_NAME}/x.txt", f"alice/{NFD_NAME}/y.txt")
+    assert resp.status == 200, await resp.text()
+    resp = await pfs.call("DELETE", "files", params={"path": f"{HOME}/alice/{NFD_NAME}", "recursive": "1"})
+    assert resp.status in (200, 204), await resp.text()
+    assert list(pfs.home("alice").iterdir()) == []
+
+
+@pytest.mark.parametrize("control", ["\u202e", "\u202d", "\u200f", "\u2066", "\u061c"])
+async def test_bidirectional_controls_are_refused_in_every_name(pfs: Pfs, control: str) -> None:
+    name = f"report{control}fdp.exe"
+    made = await pfs.call("POST", "mkdir", json={"path": f"{HOME}/alice/{name}"})
+    body = await problem(made, 400, "ERR_BAD_PATH")
+    assert "bidirectional control" in body["detail"]
+    write(pfs.home("alice") / "a.txt", b"A")
+    await problem(await mv(pfs, "alice/a.txt", f"alice/{name}"), 400, "ERR_BAD_PATH")
+    await problem(await pfs.get("stat", path=f"{HOME}/alice/{name}"), 400, "ERR_BAD_PATH")
+    assert [p.name for p in pfs.home("alice").iterdir()] == ["a.txt"]

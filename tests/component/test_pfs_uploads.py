@@ -263,6 +263,18 @@ async def test_zero_length_upload_is_complete_at_creation(platform: Platform) ->
     assert head.headers["Upload-Offset"] == "0" and head.headers["Upload-Length"] == "0"
 
 
+async def test_an_upload_to_a_decomposed_name_lands_at_the_composed_one(platform: Platform) -> None:
+    alice = await platform.user("alice")
+    data = b"menu"
+    url = await platform.new_upload(alice, "/pfs/dc1/home/alice/cafe\u0301.txt", len(data))
+    resp = await platform.patch(alice, url, 0, data)
+    assert resp.status == 204, await resp.text()
+    assert [p.name for p in platform.home("alice").iterdir()] == ["caf\u00e9.txt"]
+    # The other spelling is the same file: without overwrite, it exists.
+    again = await platform.create(alice, len(data), metadata(path="/pfs/dc1/home/alice/caf\u00e9.txt"))
+    assert again.status == 409, await again.text()
+
+
 async def test_creation_answers_location_expiry_and_echoes_metadata(platform: Platform) -> None:
     alice = await platform.user("alice")
     meta = metadata(path="/pfs/dc1/home/alice/a.bin", filename="a.bin", filetype="application/x") + ",flag"

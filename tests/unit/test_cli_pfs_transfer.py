@@ -14,6 +14,7 @@ import io
 import json
 import os
 import secrets
+import unicodedata
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ class FakePfs:
 
     def local(self, path: str) -> Path:
         assert path.startswith("/pfs/dc1/"), path
+        # As the real service does: names in composed form (NFC), whatever was sent.
+        path = unicodedata.normalize("NFC", path)
         return self.root / path.removeprefix("/pfs/dc1/").rstrip("/")
 
     def entry(self, path: Path) -> dict[str, Any]:
@@ -287,6 +290,20 @@ async def test_a_tree_goes_up_then_is_skipped_as_identical_then_comes_back(rig: 
     assert again_down.identical == 8 and not again_down.transferred
     nested_down = await rig.transfers().download([f"{HOME}/data"], back, recursive=True)
     assert len(nested_down.transferred) == 8 and (back / "data" / "tree" / "top.txt").exists()
+
+
+async def test_a_decomposed_local_name_is_the_composed_remote_one_and_is_skipped_when_identical(
+    rig: Rig, tmp_path: Path
+) -> None:
+    # macOS writes names decomposed (NFD); the service keeps them composed (NFC).
+    source = tmp_path / "tree"
+    source.mkdir()
+    (source / "cafe\u0301.txt").write_bytes(b"menu")
+    first = await rig.transfers().upload([f"{source}/"], f"{HOME}/data", recursive=True)
+    assert len(first.transferred) == 1, first.summary()
+    assert [p.name for p in (rig.pfs.root / "home/alice/data").iterdir()] == ["caf\u00e9.txt"]
+    again = await rig.transfers().upload([f"{source}/"], f"{HOME}/data", recursive=True)
+    assert again.identical == 1 and not again.transferred, again.summary()
 
 
 async def test_a_second_run_that_nests_says_how_to_copy_into_the_same_place(rig: Rig, tmp_path: Path) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
 import pytest
 
 from paddlecloud.common.cgroups import Hierarchy, Limits
-from paddlecloud.common.sandbox import Bind, Sandbox, View, bwrap_args
+from paddlecloud.common.sandbox import Bind, Command, Sandbox, View, bwrap_args
+from paddlecloud.common.seccomp import filter_program
 from paddlecloud.jobs.local.gpus import GpuPool
 from paddlecloud.jobs.local.uids import UidMap, UidsExhausted
 
@@ -79,25 +81,45 @@ def test_parents_are_made_before_their_binds_and_never_inside_a_read_only_one() 
     assert order.index("/tmp/t") < order.index("/tmp/t/envs/abc")
 
 
+def bwrap_options(command: Command) -> list[str]:
+    """The options a wrapped command gives bwrap through its `--args` descriptor."""
+    arguments = int(command.argv[command.argv.index("--args") + 1])
+    assert arguments in command.fds
+    return os.pread(arguments, 1 << 20, 0).decode().split("\0")[:-1]
+
+
 def test_wrap_drops_to_the_views_uid_with_no_capabilities_only_as_root() -> None:
     view = View(uid=200005, gid=200005)
     as_root = Sandbox("/usr/bin/bwrap", "/usr/bin/setpriv", root=True).wrap(view, ["python", "train.py"])
-    tail = as_root[as_root.index("/usr/bin/setpriv") :]
-    assert tail == [
-        "/usr/bin/setpriv",
-        "--reuid=200005",
-        "--regid=200005",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--no-new-privs",
-        "--",
-        "python",
-        "train.py",
-    ]
+    try:
+        # bwrap's own command line (its PID 1's, inside) names no host path: the options
+        # it reads from a memory file do.
+        assert as_root.argv == [
+            "/usr/bin/bwrap",
+            "--args",
+            str(as_root.fds[0]),
+            "--",
+            "/usr/bin/setpriv",
+            "--reuid=200005",
+            "--regid=200005",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+            "python",
+            "train.py",
+        ]
+        options = bwrap_options(as_root)
+        assert options[-2:] == ["--seccomp", str(as_root.fds[1])]
+        assert os.pread(as_root.fds[1], 1 << 20, 0) == filter_program()
+    finally:
+        as_root.close()
     as_user = Sandbox("/usr/bin/bwrap", None, root=False).wrap(view, ["python", "train.py"])
-    assert as_user[0] == "/usr/bin/bwrap" and "/usr/bin/setpriv" not in as_user
-    assert Sandbox(None, None, root=True).wrap(view, ["python", "train.py"]) == ["python", "train.py"]
+    as_user.close()
+    assert as_user.argv[0] == "/usr/bin/bwrap" and "/usr/bin/setpriv" not in as_user.argv
+    unboxed = Sandbox(None, None, root=True).wrap(view, ["python", "train.py"])
+    assert (unboxed.argv, unboxed.fds) == (["python", "train.py"], ())
 
 
 def fake_hierarchy(tmp_path: Path, version: int) -> Hierarchy:

@@ -53,10 +53,16 @@ def main(argv: list[str]) -> int:
 
 
 def fork_launcher(
-    groups: Sequence[str], command: Sequence[str], env: Mapping[str, str], cwd: str, log_fd: int
+    groups: Sequence[str],
+    command: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    log_fd: int,
+    pass_fds: Sequence[int] = (),
 ) -> int:
     """Fork this process (the supervisor) into a worker's launcher: its own session, `cwd`,
-    stdin from /dev/null, stdout and stderr into `log_fd`, no other descriptor of ours.
+    stdin from /dev/null, stdout and stderr into `log_fd`, no other descriptor of ours
+    but `pass_fds` (kept at their numbers for `command`: the sandbox's options and filter).
     The child's pid; the child never returns."""
     supervisor_pid = os.getpid()
     pid = os.fork()
@@ -75,7 +81,12 @@ def fork_launcher(
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        start = 3
+        for fd in sorted(pass_fds):
+            os.closerange(start, fd)
+            os.set_inheritable(fd, True)
+            start = fd + 1
+        os.closerange(start, os.sysconf("SC_OPEN_MAX"))
         code = run(supervisor_pid, list(groups), list(command), dict(env))
     except BaseException as exc:  # the child must reach _exit, whatever happened
         with contextlib.suppress(Exception):

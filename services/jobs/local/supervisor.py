@@ -54,7 +54,8 @@ from typing import Any, NoReturn
 from paddlecloud.common import beneath, sandbox
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
-from paddlecloud.common.sandbox import Bind, View
+from paddlecloud.common.sandbox import Bind, Command, View
+from paddlecloud.common.seccomp import SeccompUnavailable, filter_program
 
 from ..exits import describe_exit, exit_status
 from .launch import fork_launcher
@@ -413,21 +414,24 @@ class JobSupervisor:
         env["PATH"] = os.pathsep.join(filter(None, (os.path.dirname(python), env.get("PATH"))))
         if self._plan.python is not None:
             env["VIRTUAL_ENV"] = os.path.dirname(os.path.dirname(python))
-        argv = list(worker.argv)
+        command = Command(list(worker.argv))
         if self._plan.sandbox is not None:
             # Inside, home is the private /tmp: the supervisor's own HOME is not there.
             user = worker.env.get("PADDLE_CLOUD_USER", "paddlecloud")
             env.update(HOME="/tmp", TMPDIR="/tmp", USER=user, LOGNAME=user)  # noqa: S108 - the sandbox's private /tmp
             assert self._sandbox is not None
-            argv = self._sandbox.wrap(self._view(worker), argv)
+            command = self._sandbox.wrap(self._view(worker), command.argv)
         env.update(worker.env)
         groups = [str(group) for group in self._cgroups_for(worker)]
         # The child gets its own copy of the descriptor; ours is closed once it exists.
-        log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            pid = fork_launcher(groups, argv, env, str(self._workdir(worker)), log)
+            log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                pid = fork_launcher(groups, command.argv, env, str(self._workdir(worker)), log, command.fds)
+            finally:
+                os.close(log)
         finally:
-            os.close(log)
+            command.close()
         return Child(pid)
 
     def _view(self, worker: Worker) -> View:
@@ -746,6 +750,8 @@ def zygote(warm: Path | None = None) -> int:
     # Worked out once here rather than in every copy (each the same for all jobs).
     sandbox.system_binds()
     sandbox.python_paths()
+    with contextlib.suppress(SeccompUnavailable):  # a job that needs it says why it cannot start
+        filter_program()
     # What is imported by now is shared with every fork: kept out of the collector's
     # sweeps, so that they do not touch (and copy) every page of it in each copy.
     gc.freeze()
