@@ -26,6 +26,7 @@ still hides everything it does not bind, but its processes keep the service's ui
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import os
@@ -37,6 +38,8 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
+
+from . import trees
 
 log = structlog.get_logger(__name__)
 
@@ -242,8 +245,16 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:
-    """Give `path` and everything below it to uid:gid, never following a symlink."""
-    os.lchown(path, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in (*dirnames, *filenames):
-            os.lchown(os.path.join(dirpath, name), uid, gid)
+    """Give `path` and everything below it to uid:gid, never following a symlink, at any
+    depth (`trees.chown_tree`: descriptors, not path strings a user could swap)."""
+    try:
+        fd = trees.open_dir(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        os.lchown(path, uid, gid)  # a file or symlink: only itself
+        return
+    try:
+        trees.chown_tree(fd, uid, gid)
+    finally:
+        os.close(fd)
