@@ -146,3 +146,42 @@ async def test_gpus_held_and_jobs_waiting_for_them_are_taken_up_again_after_a_re
         assert (await wait_for(service, "waiter", {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
     finally:
         service.stop()
+
+
+async def test_every_submit_answered_201_runs_once_after_the_service_is_killed_amid_20_submits(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
+    """A 201 is a promise: a job recorded but not started (or started half-way: a job
+    directory made, a supervisor forked but not recorded) when the service died is started
+    by the restarted service, once."""
+    await add_alice(tmp_path)
+    home = tmp_path / "pfs" / "home" / "alice"
+    (home / "pkg").mkdir(parents=True)
+    (home / "pkg" / "train.py").write_text(
+        "import os\n"
+        "ran = os.path.join(os.environ['PADDLE_CLOUD_PFS_HOME'], 'ran-' + os.environ['PADDLE_JOB_NAME'])\n"
+        "with open(ran, 'a') as f:\n    f.write('ran\\n')\n"
+    )
+    assert service.process is not None
+    pid = service.process.pid
+    answered: list[str] = []
+
+    async def submit(name: str) -> None:
+        spec = {"name": name, "package": "/pfs/dc1/home/alice/pkg"}
+        try:
+            status, body = await call(service, "POST", "/api/v1/jobs", json=spec)
+        except aiohttp.ClientError:
+            return  # cut off by the kill: no promise was made
+        assert status == 201, body
+        answered.append(name)
+        if len(answered) == 3:
+            os.kill(pid, signal.SIGKILL)  # while the other submits are in flight
+
+    await asyncio.gather(*(submit(f"job-{i}") for i in range(20)))
+    service.process.wait()
+    assert len(answered) >= 3, answered
+    service.start()
+    for name in answered:
+        job = await wait_for(service, name, {"SUCCEEDED", "FAILED", "KILLED"})
+        assert job["state"] == "SUCCEEDED", job
+        assert (home / f"ran-{name}").read_text() == "ran\n", name  # once, not twice
