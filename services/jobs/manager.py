@@ -809,7 +809,9 @@ class JobManager:
                 info = await self._backend.adopt(job)
                 if info is not None:
                     job = await self._store.update_job(job.id, backend=info) or job
-                elif self._backend.resumes_unstarted and (job.state == PENDING or not job.build_id):
+                elif self._backend.resumes_unstarted and (
+                    job.state == PENDING or (job.state == BUILDING and not job.build_id)
+                ):
                     # Recorded (a submit answered 201 keeps its promise) and not started:
                     # started now. BUILDING without a build: stopped before asking for one.
                     restart.append(job)
