@@ -64,6 +64,15 @@ async def add_alice(tmp_path: Path) -> None:
         await store.close()
 
 
+async def alice_with_package(tmp_path: Path, train: str) -> Path:
+    """Alice, and a package `/pfs/dc1/home/alice/pkg` of one train.py; her home."""
+    await add_alice(tmp_path)
+    home = tmp_path / "pfs" / "home" / "alice"
+    (home / "pkg").mkdir(parents=True)
+    (home / "pkg" / "train.py").write_text(train)
+    return home
+
+
 async def test_jobs_run_on_while_the_service_is_killed_and_a_restart_records_their_end(
     service: ServiceProcess, tmp_path: Path
 ) -> None:
@@ -154,13 +163,11 @@ async def test_every_submit_answered_201_runs_once_after_the_service_is_killed_a
     """A 201 is a promise: a job recorded but not started (or started half-way: a job
     directory made, a supervisor forked but not recorded) when the service died is started
     by the restarted service, once."""
-    await add_alice(tmp_path)
-    home = tmp_path / "pfs" / "home" / "alice"
-    (home / "pkg").mkdir(parents=True)
-    (home / "pkg" / "train.py").write_text(
+    home = await alice_with_package(
+        tmp_path,
         "import os\n"
         "ran = os.path.join(os.environ['PADDLE_CLOUD_PFS_HOME'], 'ran-' + os.environ['PADDLE_JOB_NAME'])\n"
-        "with open(ran, 'a') as f:\n    f.write('ran\\n')\n"
+        "with open(ran, 'a') as f:\n    f.write('ran\\n')\n",
     )
     assert service.process is not None
     pid = service.process.pid
@@ -193,14 +200,12 @@ async def test_a_start_the_store_missed_is_adopted_and_a_half_made_one_started_a
     """The two ways a start can have half happened when the service died: its supervisor
     forked but not recorded (adopted: it must not run twice), or its directory made and no
     supervisor (taken away and started again: it must not be lost)."""
-    await add_alice(tmp_path)
-    home = tmp_path / "pfs" / "home" / "alice"
-    (home / "pkg").mkdir(parents=True)
-    (home / "pkg" / "train.py").write_text(
+    home = await alice_with_package(
+        tmp_path,
         "import os, time\n"
         "home, name = os.environ['PADDLE_CLOUD_PFS_HOME'], os.environ['PADDLE_JOB_NAME']\n"
         "with open(os.path.join(home, 'ran-' + name), 'a') as f:\n    f.write('ran\\n')\n"
-        "while not os.path.exists(os.path.join(home, 'release')):\n    time.sleep(0.05)\n"
+        "while not os.path.exists(os.path.join(home, 'release')):\n    time.sleep(0.05)\n",
     )
     for name in ("forked", "half"):
         status, body = await call(
