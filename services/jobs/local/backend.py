@@ -316,10 +316,14 @@ class LocalBackend(Backend):
         if claim.inspect(job_dir) is claim.Earlier.NOTHING:
             if os.path.lexists(job_dir):
                 # Renamed first, so that a supervisor forked late finds no directory to claim.
+                # Had that failed, the fresh start fails (the directory is in its way), saying so.
                 aside = job_dir.with_name(f".{job.id}.abandoned")
-                trees.remove_path(aside)
-                os.rename(job_dir, aside)
-                trees.remove_path(aside)
+                try:
+                    trees.remove_path(aside)
+                    os.rename(job_dir, aside)
+                    trees.remove_path(aside)
+                except OSError as exc:
+                    log.warning("half_started_job_not_removed", job=job.name, error=str(exc))
                 log.info("half_started_job_discarded", job=job.name, owner=job.owner)
             return None
         # Claimed: its state.json comes right after the claim, with the supervisor's pid.
@@ -341,7 +345,10 @@ class LocalBackend(Backend):
     async def start(self, launch: Launch) -> dict[str, Any]:
         job, spec = launch.job, launch.spec
         # Started before, by a service that stopped before recording it: adopted, not run twice.
-        earlier = await self.adopt(job)
+        try:
+            earlier = await self.adopt(job)
+        except OSError as exc:
+            raise StartFailed(f"cannot look at the job's directory: {exc}") from exc
         if earlier is not None:
             self.attach(replace(job, backend=earlier))
             return earlier
