@@ -48,7 +48,6 @@ import importlib.util
 import json
 import os
 import platform
-import shutil
 import signal
 import site
 import stat
@@ -60,7 +59,7 @@ from typing import Any, BinaryIO
 
 import structlog
 
-from paddlecloud.common import beneath
+from paddlecloud.common import beneath, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
@@ -312,8 +311,8 @@ class LocalBuildBackend(BuildBackend):
                 raise
             finally:
                 if not published:
-                    await asyncio.to_thread(shutil.rmtree, env, True)
-                await asyncio.to_thread(shutil.rmtree, run, True)
+                    await asyncio.to_thread(_remove, env)
+                await asyncio.to_thread(_remove, run)
 
     def _log_path(self, log_id: str) -> Path:
         return self._log_files.path(log_id)
@@ -492,9 +491,9 @@ class LocalBuildBackend(BuildBackend):
         leftovers = [d for d in self._builds.iterdir() if d.name not in referenced]
         _kill_processes_under([*leftovers, *self._runs.iterdir()])
         for d in leftovers:
-            shutil.rmtree(d, ignore_errors=True)
+            _remove(d)
         for d in self._runs.iterdir():
-            shutil.rmtree(d, ignore_errors=True)
+            _remove(d)
         for build_id in interrupted:
             path = self._log_path(build_id)
             if path.exists():
@@ -535,7 +534,7 @@ class LocalBuildBackend(BuildBackend):
             pass
         (self._envs / key).unlink(missing_ok=True)  # unpublished: no lookup finds it any more
         _fsync_dir(self._envs)
-        await asyncio.to_thread(shutil.rmtree, env, True)
+        await asyncio.to_thread(_remove, env)
         return True
 
     # -- logs ------------------------------------------------------------------------
@@ -591,12 +590,21 @@ def _error_lines(path: Path, start: int) -> str:
 
 
 def _disk_usage(path: Path) -> int:
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in (*dirnames, *filenames):
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+    """Bytes allocated below `path`, walked at any depth without following symlinks."""
+    fd = trees.open_dir(path)
+    try:
+        return trees.disk_usage(fd)[2]
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    """Remove a build's directory, best effort: whatever depth pip's run left, never
+    following its symlinks (`trees.remove_path`); what cannot go is logged."""
+    try:
+        trees.remove_path(path)
+    except OSError as exc:
+        log.warning("build_dir_not_removed", path=str(path), error=str(exc))
 
 
 def _fsync_dir(path: Path) -> None:

@@ -13,13 +13,14 @@ which the caller reports, instead of being written through.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import functools
 import os
 import stat
 from pathlib import Path
+
+from . import trees
 
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(os.uname().machine)
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -217,58 +218,12 @@ def lstat(dirfd: int, relative: str) -> os.stat_result:
         os.close(parent)
 
 
-class TreeChanged(OSError):
-    """A directory moved while a tree was being walked: the walk stops rather than guess."""
-
-
 def chown_tree(path: Path | str, uid: int, gid: int) -> None:
-    """Give `path` and everything below it to uid:gid, never following a symlink.
-
-    Each directory is entered from its parent's descriptor with O_NOFOLLOW and each entry
-    changed with fchownat(AT_SYMLINK_NOFOLLOW) on its own name there, so a link swapped
-    in at any moment has only itself changed: nothing outside the tree is reached, even
-    while a user's process renames things below. Iterative with two descriptors open,
-    whatever the depth: the way back up is `..`, checked to be the directory we came
-    from (TreeChanged otherwise: the tree moved under us, and is left half-given).
-    """
+    """Give `path` and everything below it to uid:gid, never following a symlink, at any
+    depth: the top is opened with O_NOFOLLOW and the rest walked through descriptors
+    (`trees.chown_tree`), so a link swapped in at any moment has only itself changed."""
     top = open_top(path)
-    current = top
     try:
-        os.fchown(top, uid, gid)
-        st = os.fstat(top)
-        # Per level: the directory's identity and the names still to visit in it.
-        stack: list[tuple[tuple[int, int], list[str]]] = [((st.st_dev, st.st_ino), os.listdir(top))]
-        while stack:
-            _, names = stack[-1]
-            if not names:
-                stack.pop()
-                if stack:
-                    parent = os.open("..", DIR_FLAGS, dir_fd=current)
-                    pst = os.fstat(parent)
-                    os.close(current)
-                    current = parent
-                    if (pst.st_dev, pst.st_ino) != stack[-1][0]:
-                        raise TreeChanged(errno.ESTALE, "a directory moved during the walk", str(path))
-                continue
-            name = names.pop()
-            try:
-                entry = os.stat(name, dir_fd=current, follow_symlinks=False)
-                if not stat.S_ISDIR(entry.st_mode):
-                    os.chown(name, uid, gid, dir_fd=current, follow_symlinks=False)
-                    continue
-                child = os.open(name, DIR_FLAGS, dir_fd=current)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # removed, or swapped for something else, since listed
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:  # swapped for a link: not entered
-                    with contextlib.suppress(FileNotFoundError):
-                        os.chown(name, uid, gid, dir_fd=current, follow_symlinks=False)
-                    continue
-                raise
-            os.close(current)
-            current = child
-            os.fchown(child, uid, gid)
-            cst = os.fstat(child)
-            stack.append(((cst.st_dev, cst.st_ino), os.listdir(child)))
+        trees.chown_tree(top, uid, gid)
     finally:
-        os.close(current)
+        os.close(top)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
 import unicodedata
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
 
-from . import beneath, errors
+from . import beneath, errors, trees
 from .config import Config
 from .internal_auth import Identity
 
@@ -236,7 +235,8 @@ class Root:
         if not home.is_dir() or home.is_symlink():
             return None
         if not archive:
-            shutil.rmtree(home)
+            # What the user's jobs left there may be any depth and hold any symlink.
+            trees.remove_path(home)
             return None
         target = self.root / "archive" / f"{user}.{stamp}"
         target.parent.mkdir(mode=0o700, exist_ok=True)
@@ -310,6 +310,8 @@ def problem_for(exc: OSError, path: PfsPath | str) -> errors.ProblemError:
     Errors that are not the client's to see (EIO, EBADF: a fault here or in the storage)
     are raised again, to be logged and answered with a bare 500.
     """
+    if isinstance(exc, trees.TreeChanged):
+        return errors.CONFLICT(f"{path}: a directory was moved while this call walked the tree; try again")
     if isinstance(exc, PermissionError) and exc.errno in (errno.EXDEV, errno.ELOOP):
         return PATH_FORBIDDEN(f"{path}: the path leads outside its area (through a symlink)")
     if exc.errno in (errno.ENOENT, errno.ENOTDIR):

@@ -173,8 +173,10 @@ def planned_workers(spec: JobSpec) -> list[PlannedWorker]:
 
 class Backend(abc.ABC):
     name: str
-    # Whether a job the store holds as PENDING, with nothing started and nothing to
-    # adopt, is started again after a restart of the service (rather than failed).
+    # Whether a job the store holds as PENDING (or BUILDING with no build asked for), with
+    # nothing started and nothing to adopt, is started after a restart of the service
+    # rather than failed: the backend's `adopt` must tell a start that half happened from
+    # one that did, so the job runs once.
     resumes_unstarted = False
 
     async def open(self) -> None:  # noqa: B027 - most backends need nothing here

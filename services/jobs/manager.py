@@ -506,7 +506,8 @@ class JobManager:
 
     async def close(self) -> None:
         """Stop waiting for builds (they go on; a restarted service waits again) and stop
-        starting jobs (one recorded but not started is failed, saying so, at the restart)."""
+        starting jobs (one recorded but not started is started at the restart, where the
+        backend can tell a half-made start from a done one: `resumes_unstarted`)."""
         await self._starts.cancel()
         await self._build_watchers.cancel()
 
@@ -808,7 +809,11 @@ class JobManager:
                 info = await self._backend.adopt(job)
                 if info is not None:
                     job = await self._store.update_job(job.id, backend=info) or job
-                elif self._backend.resumes_unstarted and job.state == PENDING:
+                elif self._backend.resumes_unstarted and (
+                    job.state == PENDING or (job.state == BUILDING and not job.build_id)
+                ):
+                    # Recorded (a submit answered 201 keeps its promise) and not started:
+                    # started now. BUILDING without a build: stopped before asking for one.
                     restart.append(job)
                     continue
                 else:
@@ -829,10 +834,19 @@ class JobManager:
         for job in restart:
             try:
                 launch = await asyncio.to_thread(self._launch_for, job)
-            except (errors.ProblemError, ValidationError) as exc:
+                requirements = None
+                if launch.spec.image is None:
+                    package = self._resolve(Identity(job.owner), "package", launch.package, write=False)
+                    requirements = await asyncio.to_thread(self._requirements, package, launch.package_kind)
+            except (errors.ProblemError, errors.DomainError, ValidationError, OSError) as exc:
                 await self._transition(job, FAILED, f"cannot start after a restart: {exc}")
                 continue
-            self._waiting[job.id] = launch
+            if requirements is not None:
+                # Its environment first, as at its submit (which stopped before asking for it).
+                start = self._build_then_start(Identity(job.owner), launch, requirements)
+                self._build_watchers.spawn(f"build-for-{job.id}", start)
+            else:
+                self._waiting[job.id] = launch
         if self._active or self._waiting:
             log.info("jobs_reattached", running=len(self._active), waiting=len(self._waiting))
         # Whatever the backend still runs for a job that is no longer active goes.

@@ -23,6 +23,7 @@ __all__ = [
     "RANGE_NOT_SATISFIABLE",
     "READ_TIMEOUT",
     "STORAGE_FULL",
+    "TREE_TOO_DEEP",
     "TUS_VERSION",
     "UPLOAD_EXPIRED",
     "UPLOAD_FAILED",
@@ -34,6 +35,9 @@ __all__ = [
 
 # Downloads.
 RANGE_NOT_SATISFIABLE = ErrorKind("ERR_RANGE_NOT_SATISFIABLE", 416, "Range not satisfiable")
+
+# Listings: a recursive `ls` of a tree holding paths longer than PFS can name.
+TREE_TOO_DEEP = ErrorKind("ERR_TREE_TOO_DEEP", 422, "Tree too deep to list")
 
 # Uploads (tus 1.0, docs/pfs.md).
 TUS_VERSION = ErrorKind("ERR_TUS_VERSION", 412, "Unsupported tus version")

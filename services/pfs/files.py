@@ -19,8 +19,9 @@ from typing import Any
 
 import structlog
 
-from paddlecloud.common import errors
+from paddlecloud.common import errors, trees
 from paddlecloud.common.volume import (
+    MAX_PATH_BYTES,
     PATH_FORBIDDEN,
     PfsPath,
     Root,
@@ -28,6 +29,7 @@ from paddlecloud.common.volume import (
     problem_for,
 )
 
+from .errors import TREE_TOO_DEEP
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
 
 log = structlog.get_logger()
@@ -92,8 +94,8 @@ def lstat_entry(root: Root, path: PfsPath) -> dict[str, Any]:
     return entry_of(path.text, path.name, st, target)
 
 
-def _read_dir(fd: int, text: str) -> list[tuple[dict[str, Any], str | None]]:
-    """The entries of the directory open at `fd`, each with its name if it is a directory."""
+def _read_dir(fd: int, text: str) -> list[dict[str, Any]]:
+    """The entries of the directory open at `fd`."""
     found = []
     with os.scandir(fd) as it:
         for item in it:
@@ -103,48 +105,41 @@ def _read_dir(fd: int, text: str) -> list[tuple[dict[str, Any], str | None]]:
             except FileNotFoundError:
                 continue  # removed while we read
             # Names come from the disk (a job may have made any name): shown, not re-validated.
-            entry = entry_of(f"{text}/{item.name}", item.name, st, target)
-            found.append((entry, item.name if stat.S_ISDIR(st.st_mode) else None))
+            found.append(entry_of(f"{text}/{item.name}", item.name, st, target))
     return found
 
 
 def _walk(fd: int, text: str, recursive: bool) -> list[dict[str, Any]]:
     """Every entry beneath the directory open at `fd` (which this closes), never following symlinks.
 
-    Depth-first with one descriptor per level, each directory opened from its parent's
-    descriptor with O_NOFOLLOW, so a symlink swapped in mid-walk is not entered.
+    Recursively through `trees.walk`: a bounded number of descriptors at any depth. A
+    tree holding a path longer than a PFS path may be (MAX_PATH_BYTES: 2,048 levels of
+    one-letter names at most) is refused with TREE_TOO_DEEP: such paths could not be
+    named in a later call, and their listing would grow with the square of the depth.
     """
-    out: list[dict[str, Any]] = []
-    stack: list[tuple[int, Iterator[tuple[dict[str, Any], str | None]]]] = []
-    stack.append((fd, iter(())))
     try:
-        stack[-1] = (fd, iter(_read_dir(fd, text)))
-        while stack:
-            parent, pending = stack[-1]
-            for entry, subdir in pending:
-                out.append(entry)
-                if not (recursive and subdir):
-                    continue
-                try:
-                    child = os.open(
-                        subdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
-                    )
-                except (FileNotFoundError, NotADirectoryError):
-                    continue  # gone, or replaced, since we read its parent
-                except OSError as exc:
-                    if exc.errno == errno.ELOOP:
-                        continue
-                    raise
-                # On the stack before it is read, so the finally below closes it on any error.
-                stack.append((child, iter(())))
-                stack[-1] = (child, iter(_read_dir(child, entry["path"])))
-                break
-            else:
-                os.close(parent)
-                stack.pop()
+        if not recursive:
+            out = _read_dir(fd, text)
+        else:
+            out = []
+            room = MAX_PATH_BYTES - len(os.fsencode(text)) - 1
+            with contextlib.closing(trees.walk(fd)) as found:
+                for item in found:
+                    if item.path_bytes > room:
+                        raise TREE_TOO_DEEP(
+                            f"{text}: holds paths longer than {MAX_PATH_BYTES} bytes ({item.depth} levels "
+                            "down and deeper), which PFS cannot name; list a directory further down, "
+                            "or remove the tree with rm -r"
+                        )
+                    target = None
+                    if stat.S_ISLNK(item.st.st_mode):
+                        try:
+                            target = os.readlink(item.name, dir_fd=item.dir_fd)
+                        except FileNotFoundError:
+                            continue  # removed while we read
+                    out.append(entry_of(f"{text}/{item.relative()}", item.name, item.st, target))
     finally:
-        for opened, _ in stack:
-            os.close(opened)
+        os.close(fd)
     out.sort(key=lambda e: e["path"])
     return out
 
@@ -235,57 +230,10 @@ def remove_path(root: Root, path: PfsPath, recursive: bool) -> None:
         if not stat.S_ISDIR(st.st_mode):
             os.unlink(name, dir_fd=parent)  # a symlink goes, never what it points to
         elif recursive:
-            _rmtree(parent, name)
+            # Any depth, a bounded number of descriptors, never into a symlink.
+            trees.remove_tree(parent, name)
         else:
             os.rmdir(name, dir_fd=parent)
-
-
-def _rmtree(parent: int, name: str) -> None:
-    """`rm -r` of the directory `name` in `parent`, never following a symlink, at any depth.
-
-    Like shutil.rmtree(dir_fd=...) it works on descriptors, each directory opened from
-    its parent's with O_NOFOLLOW, so a symlink planted before or during is removed, never
-    entered. Unlike it on Python 3.11 it does not recurse: a tree made by `mkdir -p` of
-    a 4 KiB path (2,000 levels) would raise RecursionError there.
-    """
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    # Each level: (its parent's fd, its name, its own fd, what remains of its listing).
-    stack: list[tuple[int, str, int, Iterator[tuple[str, bool]]]] = []
-    try:
-        fd = os.open(name, flags, dir_fd=parent)
-        stack.append((parent, name, fd, iter(())))
-        stack[-1] = (parent, name, fd, iter(_names(fd)))
-        while stack:
-            up, here, fd, pending = stack[-1]
-            for child, is_dir in pending:
-                if is_dir:
-                    try:
-                        child_fd = os.open(child, flags, dir_fd=fd)
-                    except FileNotFoundError:
-                        continue
-                    except OSError as exc:
-                        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                            raise
-                        # Replaced by a file or symlink since we listed it: remove that.
-                    else:
-                        stack.append((fd, child, child_fd, iter(())))
-                        stack[-1] = (fd, child, child_fd, iter(_names(child_fd)))
-                        break
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
-            else:
-                stack.pop()
-                os.close(fd)
-                os.rmdir(here, dir_fd=up)
-    finally:
-        for _, _, opened, _ in stack:
-            os.close(opened)
-
-
-def _names(fd: int) -> list[tuple[str, bool]]:
-    """A directory's names, each with whether it is a directory (not following symlinks)."""
-    with os.scandir(fd) as it:
-        return [(item.name, item.is_dir(follow_symlinks=False)) for item in it]
 
 
 def move_path(root: Root, src: PfsPath, dst: PfsPath, overwrite: bool) -> dict[str, Any]:

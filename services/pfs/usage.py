@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import stat
 import time
 from dataclasses import dataclass
 
+from paddlecloud.common import trees
 from paddlecloud.common.volume import Root
 
 from . import cephfs
@@ -27,35 +27,10 @@ class HomeUsage:
 
 
 def _walk(top: int) -> HomeUsage:
-    """Sum regular files' sizes (st_size) beneath the directory `top`, never following symlinks.
-
-    Iterative, with one open descriptor per directory on the stack, so trees thousands of
-    levels deep (which `mkdir -p` of a 4 KiB path can make) are measured, not a crash.
-    """
-    total, files = 0, 0
-    stack = [os.dup(top)]
-    try:
-        while stack:
-            dirfd = stack.pop()
-            try:
-                with os.scandir(dirfd) as entries:
-                    for entry in entries:
-                        st = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            total += st.st_size
-                            files += 1
-                        elif stat.S_ISDIR(st.st_mode):
-                            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                            try:
-                                stack.append(os.open(entry.name, flags, dir_fd=dirfd))
-                            except FileNotFoundError:
-                                pass  # removed while we walked
-            finally:
-                os.close(dirfd)
-    finally:
-        for fd in stack:
-            os.close(fd)
-    return HomeUsage(total, files)
+    """Sum regular files' sizes (st_size) beneath the directory `top`, never following
+    symlinks, at any depth with a bounded number of descriptors (`trees.walk`)."""
+    size, files, _ = trees.disk_usage(top)
+    return HomeUsage(size, files)
 
 
 class Usage:

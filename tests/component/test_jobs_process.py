@@ -64,6 +64,15 @@ async def add_alice(tmp_path: Path) -> None:
         await store.close()
 
 
+async def alice_with_package(tmp_path: Path, train: str) -> Path:
+    """Alice, and a package `/pfs/dc1/home/alice/pkg` of one train.py; her home."""
+    await add_alice(tmp_path)
+    home = tmp_path / "pfs" / "home" / "alice"
+    (home / "pkg").mkdir(parents=True)
+    (home / "pkg" / "train.py").write_text(train)
+    return home
+
+
 async def test_jobs_run_on_while_the_service_is_killed_and_a_restart_records_their_end(
     service: ServiceProcess, tmp_path: Path
 ) -> None:
@@ -146,3 +155,93 @@ async def test_gpus_held_and_jobs_waiting_for_them_are_taken_up_again_after_a_re
         assert (await wait_for(service, "waiter", {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
     finally:
         service.stop()
+
+
+async def test_every_submit_answered_201_runs_once_after_the_service_is_killed_amid_20_submits(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
+    """A 201 is a promise: a job recorded but not started (or started half-way: a job
+    directory made, a supervisor forked but not recorded) when the service died is started
+    by the restarted service, once."""
+    home = await alice_with_package(
+        tmp_path,
+        "import os\n"
+        "ran = os.path.join(os.environ['PADDLE_CLOUD_PFS_HOME'], 'ran-' + os.environ['PADDLE_JOB_NAME'])\n"
+        "with open(ran, 'a') as f:\n    f.write('ran\\n')\n",
+    )
+    assert service.process is not None
+    pid = service.process.pid
+    answered: list[str] = []
+
+    async def submit(name: str) -> None:
+        spec = {"name": name, "package": "/pfs/dc1/home/alice/pkg"}
+        try:
+            status, body = await call(service, "POST", "/api/v1/jobs", json=spec)
+        except aiohttp.ClientError:
+            return  # cut off by the kill: no promise was made
+        assert status == 201, body
+        answered.append(name)
+        if len(answered) == 3:
+            os.kill(pid, signal.SIGKILL)  # while the other submits are in flight
+
+    await asyncio.gather(*(submit(f"job-{i}") for i in range(20)))
+    service.process.wait()
+    assert len(answered) >= 3, answered
+    service.start()
+    for name in answered:
+        job = await wait_for(service, name, {"SUCCEEDED", "FAILED", "KILLED"})
+        assert job["state"] == "SUCCEEDED", job
+        assert (home / f"ran-{name}").read_text() == "ran\n", name  # once, not twice
+
+
+async def test_a_start_the_store_missed_is_adopted_and_a_half_made_one_started_afresh(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
+    """The two ways a start can have half happened when the service died: its supervisor
+    forked but not recorded (adopted: it must not run twice), or its directory made and no
+    supervisor (taken away and started again: it must not be lost)."""
+    home = await alice_with_package(
+        tmp_path,
+        "import os, time\n"
+        "home, name = os.environ['PADDLE_CLOUD_PFS_HOME'], os.environ['PADDLE_JOB_NAME']\n"
+        "with open(os.path.join(home, 'ran-' + name), 'a') as f:\n    f.write('ran\\n')\n"
+        "while not os.path.exists(os.path.join(home, 'release')):\n    time.sleep(0.05)\n",
+    )
+    for name in ("forked", "half"):
+        status, body = await call(
+            service, "POST", "/api/v1/jobs", json={"name": name, "package": "/pfs/dc1/home/alice/pkg"}
+        )
+        assert status == 201, body
+        await wait_for(service, name, {"RUNNING"})
+    assert await wait_until(lambda: (home / "ran-forked").exists() and (home / "ran-half").exists(), 30)
+    assert service.process is not None
+    os.kill(service.process.pid, signal.SIGKILL)
+    service.process.wait()
+
+    store = open_store(f"sqlite:///{tmp_path}/store.db")
+    await store.open()
+    try:
+        forked = await store.get_job("alice", "forked")
+        half = await store.get_job("alice", "half")
+        assert forked is not None and half is not None
+        # As if the service had died before recording either start.
+        for job in (forked, half):
+            assert await store.transition_job(job.id, {"RUNNING"}, "PENDING", backend={}) is not None
+    finally:
+        await store.close()
+    # "half" had its directory made and no supervisor: stop the one it has, and forget it ran.
+    half_dir = tmp_path / "jobs" / "alice" / half.id
+    pid = json.loads((half_dir / "state.json").read_text())["supervisor_pid"]
+    os.kill(pid, signal.SIGKILL)
+    assert await wait_until(
+        lambda: not Path(f"/proc/{pid}/cmdline").exists() or not Path(f"/proc/{pid}/cmdline").read_bytes(), 10
+    )
+    (half_dir / "state.json").unlink()
+    (home / "ran-half").unlink()
+
+    service.start()
+    (home / "release").write_text("")
+    for name in ("forked", "half"):
+        job = await wait_for(service, name, {"SUCCEEDED", "FAILED", "KILLED"})
+        assert job["state"] == "SUCCEEDED", job
+        assert (home / f"ran-{name}").read_text() == "ran\n", name  # once each

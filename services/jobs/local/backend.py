@@ -28,20 +28,20 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import stat
 import sys
 import tarfile
+import time
 import zipfile
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from paddlecloud.common import cgroups
+from paddlecloud.common import cgroups, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
@@ -63,6 +63,7 @@ from ..backend import (
     WorkerInfo,
 )
 from ..spec import JobSpec
+from . import claim
 from .gpus import GpuPool, discover
 from .plan import CgroupPlan, Plan, SandboxPlan, build_plan
 from .uids import UidMap, UidsExhausted
@@ -162,6 +163,9 @@ class Zygote:
 
 class LocalBackend(Backend):
     name = "local"
+    # A job recorded but not started when the service stopped is started at its restart
+    # (`adopt` first tells a half-made start from one whose supervisor runs).
+    resumes_unstarted = True
 
     def __init__(self, config: Config, root: Root) -> None:
         self._config = config
@@ -297,8 +301,58 @@ class LocalBackend(Backend):
 
     # -- start -----------------------------------------------------------------------
 
+    async def adopt(self, job: Job) -> dict[str, Any] | None:
+        """After a restart: the record of a job whose supervisor was forked although the
+        store does not say so; None (a half-made directory taken away) if it never was."""
+        info = await asyncio.to_thread(self._earlier_start, job)
+        if info is not None:
+            log.info("job_adopted", job=job.name, owner=job.owner, supervisor=info["supervisor_pid"])
+        return info
+
+    def _earlier_start(self, job: Job) -> dict[str, Any] | None:
+        """What `start` returned, or would have, for a job a supervisor has (`claim.py`);
+        None when none has, after taking away whatever a start that stopped half-way made,
+        so that the job starts afresh and runs once."""
+        job_dir = self._work_dir / job.owner / job.id
+        if claim.inspect(job_dir) is claim.Earlier.NOTHING:
+            if os.path.lexists(job_dir):
+                # Renamed first, so that a supervisor forked late finds no directory to claim.
+                # Had that failed, the fresh start fails (the directory is in its way), saying so.
+                aside = job_dir.with_name(f".{job.id}.abandoned")
+                try:
+                    trees.remove_path(aside)
+                    os.rename(job_dir, aside)
+                    trees.remove_path(aside)
+                except OSError as exc:
+                    log.warning("half_started_job_not_removed", job=job.name, error=str(exc))
+                log.info("half_started_job_discarded", job=job.name, owner=job.owner)
+            return None
+        # Claimed: its state.json comes right after the claim, with the supervisor's pid.
+        deadline = time.monotonic() + ZYGOTE_TIMEOUT_SECONDS
+        state: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                state = json.loads((job_dir / "state.json").read_text(encoding="utf-8"))
+                break
+            time.sleep(0.05)
+        gpus: dict[str, list[str]] = {}
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            plan = json.loads((job_dir / "plan.json").read_text(encoding="utf-8"))
+            held = [w for w in plan["workers"] if w.get("devices")]
+            gpus = {str(w["name"]): [str(d) for d in w["devices"]] for w in held}
+        pid = state.get("supervisor_pid")
+        return {"name": self.name, "job_dir": str(job_dir), "supervisor_pid": pid, "gpus": gpus}
+
     async def start(self, launch: Launch) -> dict[str, Any]:
         job, spec = launch.job, launch.spec
+        # Started before, by a service that stopped before recording it: adopted, not run twice.
+        try:
+            earlier = await self.adopt(job)
+        except OSError as exc:
+            raise StartFailed(f"cannot look at the job's directory: {exc}") from exc
+        if earlier is not None:
+            self.attach(replace(job, backend=earlier))
+            return earlier
         wanted = {f"trainer-{i}": spec.gpu for i in range(spec.trainers)} if spec.gpu else {}
         given = self._gpus.take(job.id, wanted) if wanted else {}
         if given is None:
@@ -649,7 +703,11 @@ class LocalBackend(Backend):
         self.forget(job)
         job_dir = self._job_dir(job)
         if job_dir is not None:
-            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+            try:
+                # Its package and /tmp hold what the job wrote: any depth, any symlink.
+                await asyncio.to_thread(trees.remove_path, job_dir)
+            except OSError as exc:
+                log.warning("job_dir_not_removed", job=job.name, job_dir=str(job_dir), error=str(exc))
 
 
 def _read_events(job: Job, job_dir: Path, cursor: str | None) -> tuple[tuple[ObservedEvent, ...], str]:

@@ -39,7 +39,6 @@ import contextlib
 import gc
 import json
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -51,13 +50,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from paddlecloud.common import beneath, sandbox
+from paddlecloud.common import beneath, sandbox, trees
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, Command, View
 from paddlecloud.common.seccomp import SeccompUnavailable, filter_program
 
 from ..exits import describe_exit, exit_status
+from . import claim
 from .launch import fork_launcher
 from .plan import Plan, Role, Worker
 
@@ -246,8 +246,12 @@ class JobSupervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         self._remove_unused_cgroups()
-        # Workers' private /tmp goes with them; logs and output stay.
-        shutil.rmtree(self._job_dir / "tmp", ignore_errors=True)
+        # Workers' private /tmp goes with them; logs and output stay. Whatever a job left
+        # there (any depth, any symlink), its end is recorded: a leftover is only said.
+        try:
+            trees.remove_path(self._job_dir / "tmp")
+        except OSError as exc:
+            print(f"paddlecloud supervisor: cannot remove the job's /tmp: {exc}", file=sys.stderr)
         self._finish(state, reason)
         if self._notifier is not None:
             self._notifier.close()
@@ -677,7 +681,8 @@ def _detach_output(job_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the job in JOB_DIR to its end; 0 when it succeeded, 1 when not, 2 on a bad plan."""
+    """Run the job in JOB_DIR to its end; 0 when it succeeded, 1 when not, 2 on a bad plan, 3
+    when another supervisor runs, or ran, it."""
     parser = argparse.ArgumentParser(
         prog="python -m paddlecloud.jobs.local.supervisor",
         description="Run one PaddleCloud job on this machine from JOB_DIR/plan.json.",
@@ -702,9 +707,16 @@ def read_plan(job_dir: Path) -> Plan:
     return Plan.from_dict(json.loads((job_dir / "plan.json").read_text(encoding="utf-8")))
 
 
-def run_job_dir(job_dir: Path, ready: _Ready | None = None) -> int:
+def run_job_dir(job_dir: Path, ready: _Ready | None = None, base: str | Path | None = None) -> int:
     """Run the job in `job_dir` (absolute), with what the zygote made `ready` for it; main's
-    exit status."""
+    exit status. `base`: the directory this process was born in (the zygote's copies)."""
+    # First of all, before a byte is written there: is this job ours to run (`claim.py`)?
+    # The descriptor stays open, and the lock held, until this process exits.
+    if claim.claim(job_dir, base if base is not None else job_dir) is None:
+        if ready is not None:
+            ready.remove()
+        print(f"paddlecloud supervisor: {job_dir} is, or was, run by another supervisor", file=sys.stderr)
+        return 3
     _detach_output(job_dir)
     if ready is not None:
         plan = ready.plan
@@ -852,7 +864,7 @@ def _become_supervisor(job_dir: str, ready: _Ready | None) -> NoReturn:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        code = run_job_dir(Path(job_dir), ready)
+        code = run_job_dir(Path(job_dir), ready, base=".")
     except BaseException as exc:  # the copy must reach _exit, whatever happened
         with contextlib.suppress(Exception):
             os.write(2, f"paddlecloud supervisor: {exc!r}\n".encode())
