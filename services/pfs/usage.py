@@ -27,12 +27,18 @@ class HomeUsage:
 
 
 def _walk(top: int) -> HomeUsage:
-    """Sum regular files' sizes (st_size) beneath the directory `top`, never following symlinks.
+    """Sum regular files' allocated bytes beneath the directory `top`, never following symlinks.
+
+    Allocated, not apparent: st_blocks * 512, what the file takes on the disk, so a sparse
+    file of 1 TiB counts the blocks it holds (as `du` counts it, and as filesystem quotas
+    do), while a file that is really written counts whole blocks. A file with several hard
+    links in the home counts once.
 
     Iterative, with one open descriptor per directory on the stack, so trees thousands of
     levels deep (which `mkdir -p` of a 4 KiB path can make) are measured, not a crash.
     """
     total, files = 0, 0
+    linked: set[tuple[int, int]] = set()
     stack = [os.dup(top)]
     try:
         while stack:
@@ -42,7 +48,11 @@ def _walk(top: int) -> HomeUsage:
                     for entry in entries:
                         st = entry.stat(follow_symlinks=False)
                         if stat.S_ISREG(st.st_mode):
-                            total += st.st_size
+                            if st.st_nlink > 1:
+                                if (st.st_dev, st.st_ino) in linked:
+                                    continue
+                                linked.add((st.st_dev, st.st_ino))
+                            total += st.st_blocks * 512
                             files += 1
                         elif stat.S_ISDIR(st.st_mode):
                             flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
