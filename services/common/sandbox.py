@@ -88,6 +88,9 @@ class View:
     binds: tuple[Bind, ...] = ()
     cwd: str = "/"
     tmp: str | None = None  # a host directory for /tmp; None: a fresh tmpfs
+    # The fresh tmpfs's size in bytes (None: the kernel's default, half the RAM). Its pages
+    # are memory, charged to the cgroup of the process that writes them.
+    tmp_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,8 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
             args += ["--ro-bind", f"/{name}", f"/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own, private
     if view.tmp is None:
+        if view.tmp_size is not None:
+            args += ["--size", str(view.tmp_size)]  # bwrap 0.8.0 (Debian 12) has it
         args += ["--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own, private
     # Parents inside /tmp are made too: a bind there (a test's environment under /tmp)
     # would otherwise get bwrap's owner-only directories in the private /tmp.
