@@ -185,7 +185,8 @@ def test_without_a_cap_a_log_keeps_everything(tmp_path: Path) -> None:
     assert path.stat().st_size == 2 * MiB and read_dropped(path).offset == 0
 
 
-def test_a_sandbox_tmp_is_a_tmpfs_of_the_given_size() -> None:
+def test_a_sandbox_tmp_and_shm_are_tmpfs_of_the_given_size() -> None:
     args: list[Any] = bwrap_args(View(uid=1, gid=1, tmp_size=64 * MiB), [("usr", None)], [])
-    at = args.index("/tmp") - 5
-    assert args[at : at + 6] == ["--size", str(64 * MiB), "--perms", "1777", "--tmpfs", "/tmp"]
+    for target in ("/tmp", "/dev/shm"):
+        at = args.index(target) - 5
+        assert args[at : at + 6] == ["--size", str(64 * MiB), "--perms", "1777", "--tmpfs", target]

@@ -444,8 +444,8 @@ class JobSupervisor:
         ]
         if worker.devices:
             binds += [Bind(node, node, writable=True, device=True) for node in nvidia_nodes()]
-        # /tmp is a tmpfs as large as the worker's memory: what it holds is memory, charged
-        # to the worker's cgroup, so it is bounded by the limit even where cgroups are not.
+        # /tmp (and /dev/shm) is a tmpfs as large as the worker's memory: what it holds is
+        # memory, charged to the worker's cgroup, and bounded even where cgroups are not.
         tmp_size = worker.memory_bytes or DEFAULT_TMP_BYTES
         return View(uid=boxed.uid, gid=boxed.gid, binds=tuple(binds), cwd=WORKDIR, tmp_size=tmp_size)
 
