@@ -249,15 +249,20 @@ class JobsSection(ServiceSection):
     gpus: tuple[str, ...] | None = None
     # Disk a local job takes on the platform's own disk (docs/security.md): an archive
     # package unpacks to at most package_max_bytes (refused before unpacking when its
-    # headers declare more), and a job's logs keep at most log_max_bytes, the newest,
-    # shared equally among its workers. Quantities (`1Gi`) or bytes.
+    # headers declare more); a running job may add at most scratch_max_bytes to its
+    # package and working directories (checked every few seconds: over it, the job
+    # fails); its logs keep at most log_max_bytes, the newest, shared equally among its
+    # workers. Quantities (`1Gi`) or bytes.
     package_max_bytes: int = Field(2**30, gt=0)
+    scratch_max_bytes: int = Field(2**30, gt=0)
     log_max_bytes: int = Field(256 * 2**20, ge=2**20)
 
     # PADDLECLOUD_JOBS_KUBERNETES carries the whole section as YAML (or JSON).
     _kubernetes_text = field_validator("kubernetes", mode="before")(_section_text)
 
-    _byte_sizes = field_validator("package_max_bytes", "log_max_bytes", mode="before")(_byte_size)
+    _byte_sizes = field_validator("package_max_bytes", "scratch_max_bytes", "log_max_bytes", mode="before")(
+        _byte_size
+    )
 
     @field_validator("gpus", mode="before")
     @classmethod

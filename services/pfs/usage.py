@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import stat
 import time
-from dataclasses import dataclass
 
+from paddlecloud.common.diskuse import DiskUse, walk_allocated
 from paddlecloud.common.volume import Root
 
 from . import cephfs
@@ -20,52 +19,9 @@ from . import cephfs
 CACHE_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
-class HomeUsage:
-    bytes: int
-    files: int
-
-
-def _walk(top: int) -> HomeUsage:
-    """Sum regular files' allocated bytes beneath the directory `top`, never following symlinks.
-
-    Allocated, not apparent: st_blocks * 512, what the file takes on the disk, so a sparse
-    file of 1 TiB counts the blocks it holds (as `du` counts it, and as filesystem quotas
-    do), while a file that is really written counts whole blocks. A file with several hard
-    links in the home counts once.
-
-    Iterative, with one open descriptor per directory on the stack, so trees thousands of
-    levels deep (which `mkdir -p` of a 4 KiB path can make) are measured, not a crash.
-    """
-    total, files = 0, 0
-    linked: set[tuple[int, int]] = set()
-    stack = [os.dup(top)]
-    try:
-        while stack:
-            dirfd = stack.pop()
-            try:
-                with os.scandir(dirfd) as entries:
-                    for entry in entries:
-                        st = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            if st.st_nlink > 1:
-                                if (st.st_dev, st.st_ino) in linked:
-                                    continue
-                                linked.add((st.st_dev, st.st_ino))
-                            total += st.st_blocks * 512
-                            files += 1
-                        elif stat.S_ISDIR(st.st_mode):
-                            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                            try:
-                                stack.append(os.open(entry.name, flags, dir_fd=dirfd))
-                            except FileNotFoundError:
-                                pass  # removed while we walked
-            finally:
-                os.close(dirfd)
-    finally:
-        for fd in stack:
-            os.close(fd)
-    return HomeUsage(total, files)
+# What a home holds: allocated bytes and regular files (services/common/diskuse.py).
+HomeUsage = DiskUse
+_walk = walk_allocated
 
 
 class Usage:

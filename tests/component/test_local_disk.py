@@ -65,7 +65,8 @@ for i in range(40000):
     print(f"{i:08d} {line}")
 sys.stdout.flush()
 go = os.path.join(os.environ["PADDLE_CLOUD_PFS_HOME"], "go")
-while not os.path.exists(go):
+give_up = time.monotonic() + 120  # a failed test leaves no job behind for long
+while not os.path.exists(go) and time.monotonic() < give_up:
     time.sleep(0.02)
 for i in range(40000, 80000):
     print(f"{i:08d} {line}")
@@ -105,6 +106,24 @@ print("the end")
     assert resumed[0]["line"].endswith(marker)
     assert [r["line"].split()[0] for r in resumed[1:3]] == [f"{numbers[0]:08d}", f"{numbers[1]:08d}"]
     assert resumed[-1]["line"] == "the end"
+
+
+async def test_a_job_that_fills_its_working_directory_fails_and_says_why(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, scratch_max_bytes="4Mi")
+    program = """\
+import time
+with open("checkpoint.bin", "wb") as f:  # the working directory: the platform's disk
+    f.write(bytes(8 * 2**20))
+print("written", flush=True)
+time.sleep(120)
+"""
+    await jobs.submit({"name": "filler", "package": jobs.package({"train.py": program})})
+    job = await jobs.wait("filler", ("SUCCEEDED", "FAILED", "KILLED"))
+    assert job["state"] == "FAILED", job
+    assert "the job wrote 8.0 MiB" in job["reason"] and "than the 4Mi" in job["reason"], job["reason"]
+    assert "(jobs.scratch_max_bytes): write outputs to PADDLE_CLOUD_OUTPUT" in job["reason"]
 
 
 @pytest.mark.skipif(sandbox.detect("auto", "jobs").bwrap is None, reason="no bwrap: jobs use the host's /tmp")

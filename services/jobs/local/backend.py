@@ -410,6 +410,7 @@ class LocalBackend(Backend):
             notify=str(self._work_dir / "notify.sock") if self._notify is not None else None,
             # The job's cap, shared equally: each worker keeps the newest of its own output.
             log_max_bytes=max(self._config.jobs.log_max_bytes // len(spec_workers), MIN_LOG_BYTES),
+            scratch_max_bytes=self._config.jobs.scratch_max_bytes,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddlecloud.common.quantity import format_bytes
+from paddlecloud.common.quantity import format_bytes, readable_bytes
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
@@ -52,16 +52,9 @@ class Dropped:
     def marker(self, since: int) -> str:
         """The line that stands for what was dropped after a reader's offset `since`."""
         return (
-            f"--- {_readable(self.offset - since)} of older output dropped: each worker's log "
+            f"--- {readable_bytes(self.offset - since)} of older output dropped: each worker's log "
             f"keeps its newest {format_bytes(self.cap)} ({SETTING}) ---"
         )
-
-
-def _readable(size: int) -> str:
-    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= factor:
-            return f"{size / factor:.1f} {unit}"
-    return f"{size} bytes"
 
 
 def dropped_path(log: Path) -> Path:

@@ -175,6 +175,9 @@ class Plan:
     notify: str | None = None
     # The most each worker's log keeps (its newest bytes; caplog.py); None: no cap.
     log_max_bytes: int | None = None
+    # The most the job may add to its package and working directories while it runs
+    # (the supervisor checks every DISK_CHECK_SECONDS); None: no bound.
+    scratch_max_bytes: int | None = None
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -197,6 +200,7 @@ class Plan:
             "python": self.python,
             "notify": self.notify,
             "log_max_bytes": self.log_max_bytes,
+            "scratch_max_bytes": self.scratch_max_bytes,
         }
 
     @classmethod
@@ -212,7 +216,8 @@ class Plan:
             cgroups=None if data.get("cgroups") is None else CgroupPlan.from_dict(data["cgroups"]),
             python=None if data.get("python") is None else str(data["python"]),
             notify=None if data.get("notify") is None else str(data["notify"]),
-            log_max_bytes=None if data.get("log_max_bytes") is None else int(data["log_max_bytes"]),
+            log_max_bytes=_opt_int(data.get("log_max_bytes")),
+            scratch_max_bytes=_opt_int(data.get("scratch_max_bytes")),
         )
 
 
@@ -247,6 +252,7 @@ def build_plan(
     python: str | None = None,
     notify: str | None = None,
     log_max_bytes: int | None = None,
+    scratch_max_bytes: int | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -339,4 +345,5 @@ def build_plan(
         python=python,
         notify=notify,
         log_max_bytes=log_max_bytes,
+        scratch_max_bytes=scratch_max_bytes,
     )

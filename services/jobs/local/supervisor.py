@@ -54,7 +54,8 @@ from typing import Any, NoReturn
 
 from paddlecloud.common import sandbox
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
-from paddlecloud.common.quantity import format_bytes
+from paddlecloud.common.diskuse import allocated_beneath
+from paddlecloud.common.quantity import format_bytes, readable_bytes
 from paddlecloud.common.sandbox import Bind, View
 
 from ..exits import describe_exit, exit_status
@@ -71,6 +72,8 @@ MAX_RESTART_DELAY_SECONDS = 30.0
 # How long a worker's output pipe may stay open once its group is gone (only a process that
 # left the group holds it then): what it writes later is not read.
 PIPE_DRAIN_SECONDS = 1.0
+# How often a job's package and working directories are measured against their bound.
+DISK_CHECK_SECONDS = 2.0
 # The size of a sandboxed worker's /tmp when its plan gives it no memory limit.
 DEFAULT_TMP_BYTES = 2**30
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -211,8 +214,10 @@ class JobSupervisor:
         self._write_state()
         job = asyncio.create_task(self._run_job(), name="local-job")
         stopping = asyncio.create_task(stop.wait(), name="local-job-stop-signal")
-        await asyncio.wait({job, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        disk = asyncio.create_task(self._watch_disk(), name="local-job-disk")
+        await asyncio.wait({job, stopping, disk}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
+        disk.cancel()
         if job.done():
             try:
                 state, reason = job.result()
@@ -223,6 +228,8 @@ class JobSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
             state, reason = JobState.KILLED, "killed: the supervisor was told to stop"
+            if disk.done() and not disk.cancelled() and disk.exception() is None:
+                state, reason = JobState.FAILED, disk.result()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         self._remove_unused_cgroups()
@@ -288,6 +295,29 @@ class JobSupervisor:
         finally:
             self._stopped_as = stopped_as
             await self._stop_all(tasks)
+
+    async def _watch_disk(self) -> str:
+        """Why the job must stop, once what it added to its package and working directories
+        (on the platform's disk) passes the plan's bound; checked every DISK_CHECK_SECONDS,
+        as the kubelet checks a pod's ephemeral storage. Never returns without a bound."""
+        limit = self._plan.scratch_max_bytes
+        if limit is None:
+            await asyncio.Event().wait()
+        assert limit is not None
+        start = await asyncio.to_thread(self._scratch_bytes)
+        while True:
+            await asyncio.sleep(DISK_CHECK_SECONDS)
+            added = await asyncio.to_thread(self._scratch_bytes) - start
+            if added > limit:
+                return (
+                    f"the job wrote {readable_bytes(added)} into its package and working "
+                    f"directories, more than the {format_bytes(limit)} a job may add to them on "
+                    "this machine (jobs.scratch_max_bytes): write outputs to PADDLE_CLOUD_OUTPUT"
+                )
+
+    def _scratch_bytes(self) -> int:
+        """What the job's unpacked package and its workers' working directories hold."""
+        return sum(allocated_beneath(self._job_dir / name).bytes for name in ("package", "work"))
 
     async def _pservers_ready(self) -> None:
         for event in self._ready.values():

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
-from paddlecloud.common.quantity import format_bytes
+from paddlecloud.common.quantity import format_bytes, readable_bytes
 
 BLOCK = 4096
 LIMIT_SETTING = "jobs.package_max_bytes"
@@ -38,14 +38,10 @@ def charge(size: int) -> int:
     return max(1, -(-size // BLOCK)) * BLOCK
 
 
-def _readable(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB" if size < 2**30 else f"{size / 2**30:.1f} GiB"
-
-
 def _too_large(total: int, limit: int, *, declared: bool) -> PackageTooLarge:
     how = "its headers declare" if declared else "its members reached"
     return PackageTooLarge(
-        f"the package unpacks to more than a package may take: {how} at least {_readable(total)}, "
+        f"the package unpacks to more than a package may take: {how} at least {readable_bytes(total)}, "
         f"the limit is {format_bytes(limit)} ({LIMIT_SETTING})"
     )
 
