@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import hashlib
 import json
 import secrets
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -303,3 +305,17 @@ def make_wheelhouse(directory: Path) -> Path:
     # A package that brings its own `yaml`: the platform has PyYAML, the user's must win.
     make_wheel(directory, "shadow-yaml", "1.0", module="yaml", body="SHADOW = True\n")
     return directory
+
+
+def zeros_tar_gz(size: int, name: str = "big.bin", piece: int = 64 * 2**20) -> bytes:
+    """A tar.gz of one member of `size` zero bytes, made without holding or writing them:
+    gzip members of `piece` zeros, compressed once and repeated (a gzip stream may be
+    several members back to back)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    parts = [gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT))]
+    full, rest = divmod(size, piece)
+    parts += [gzip.compress(bytes(piece), compresslevel=9)] * full
+    padding = -size % tarfile.BLOCKSIZE + 2 * tarfile.BLOCKSIZE  # the member's padding, the end
+    parts.append(gzip.compress(bytes(rest + padding)))
+    return b"".join(parts)

@@ -519,7 +519,7 @@ def _readable(resource: str, value: Any) -> Any:
 
 def quota_notes(answer: Mapping[str, Any]) -> str:
     """What the table does not say: which GPUs your jobs hold, what the machine has free,
-    and whether cpu and memory limits are enforced or only counted."""
+    and whether cpu and memory limits, and the storage quota, are enforced or only counted."""
     quota = _quota(answer)
     lines = []
     for item in quota.devices:
@@ -530,6 +530,8 @@ def quota_notes(answer: Mapping[str, Any]) -> str:
             lines.append(f"GPUs on this machine: {machine.get('gpus_free')} of {machine.get('gpus')} free")
         if machine.get("limits") == "advisory":
             lines.append(f"Limits are advisory here: {machine.get('limits_detail')}")
+        if machine.get("storage") == "advisory":
+            lines.append(f"Storage quota: {machine.get('storage_detail')}")
     return "".join(f"{line}\n" for line in lines)
 
 

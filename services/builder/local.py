@@ -63,6 +63,7 @@ from paddlecloud.common import beneath, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
+from paddlecloud.common.diskuse import allocated_beneath
 from paddlecloud.common.sandbox import Bind, Command, View
 
 from .backend import (
@@ -591,11 +592,7 @@ def _error_lines(path: Path, start: int) -> str:
 
 def _disk_usage(path: Path) -> int:
     """Bytes allocated below `path`, walked at any depth without following symlinks."""
-    fd = trees.open_dir(path)
-    try:
-        return trees.disk_usage(fd)[2]
-    finally:
-        os.close(fd)
+    return allocated_beneath(path).bytes
 
 
 def _remove(path: Path) -> None:

@@ -40,6 +40,16 @@ def _section_text(value: Any) -> Any:
     return value
 
 
+def _byte_size(value: Any) -> Any:
+    """A size in bytes given as a quantity (`1Gi`) or a number."""
+    if isinstance(value, str):
+        try:
+            return parse_bytes(value)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -237,9 +247,22 @@ class JobsSection(ServiceSection):
     # The GPUs jobs may use (device ids as CUDA numbers them); unset: what
     # `nvidia-smi -L` lists. PADDLECLOUD_JOBS_GPUS takes a comma-separated list.
     gpus: tuple[str, ...] | None = None
+    # Disk a local job takes on the platform's own disk (docs/security.md): an archive
+    # package unpacks to at most package_max_bytes (refused before unpacking when its
+    # headers declare more); a running job may add at most scratch_max_bytes to its
+    # package and working directories (checked every few seconds: over it, the job
+    # fails); its logs keep at most log_max_bytes, the newest, shared equally among its
+    # workers. Quantities (`1Gi`) or bytes.
+    package_max_bytes: int = Field(2**30, gt=0)
+    scratch_max_bytes: int = Field(2**30, gt=0)
+    log_max_bytes: int = Field(256 * 2**20, ge=2**20)
 
     # PADDLECLOUD_JOBS_KUBERNETES carries the whole section as YAML (or JSON).
     _kubernetes_text = field_validator("kubernetes", mode="before")(_section_text)
+
+    _byte_sizes = field_validator("package_max_bytes", "scratch_max_bytes", "log_max_bytes", mode="before")(
+        _byte_size
+    )
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -388,15 +411,7 @@ class BuilderSection(ServiceSection):
                 )
         return self
 
-    @field_validator("cache_max_bytes", mode="before")
-    @classmethod
-    def _quantity(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return parse_bytes(value)
-            except QuantityError as exc:
-                raise ValueError(str(exc)) from None
-        return value
+    _cache_max_bytes = field_validator("cache_max_bytes", mode="before")(_byte_size)
 
 
 class StoreSection(_Section):

@@ -24,8 +24,9 @@ LOG_BATCH_SIZE = 4 * 1024 * 1024
 BadCursor = errors.BadCursor
 
 
-def tail_offset(path: Path, lines: int) -> int:
-    """The offset where the last `lines` whole lines of a file begin (0 for a missing file)."""
+def tail_offset(path: Path, lines: int, floor: int = 0) -> int:
+    """The offset where the last `lines` whole lines of a file begin (0 for a missing file),
+    looking no further back than `floor` (where a capped log's kept bytes begin)."""
     try:
         with open(path, "rb") as f:
             end = f.seek(0, os.SEEK_END)
@@ -33,8 +34,8 @@ def tail_offset(path: Path, lines: int) -> int:
                 return end
             pos, found = end, 0
             skip_last_newline = True  # the newline that ends the last line starts nothing
-            while pos > 0:
-                size = min(64 * 1024, pos)
+            while pos > floor:
+                size = min(64 * 1024, pos - floor)
                 pos -= size
                 f.seek(pos)
                 chunk = f.read(size)
@@ -47,7 +48,7 @@ def tail_offset(path: Path, lines: int) -> int:
                     if found == lines:
                         return pos + i + 1
                 skip_last_newline = False
-            return 0
+            return min(floor, end)
     except FileNotFoundError:
         return 0
 

@@ -90,3 +90,11 @@ def format_bytes(size: int) -> str:
         if size and size % factor == 0:
             return f"{size // factor}{suffix}"
     return str(size)
+
+
+def readable_bytes(size: int) -> str:
+    """A size as people read it, to a tenth (`2.0 GiB`, `512.0 KiB`, `17 bytes`)."""
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} bytes"

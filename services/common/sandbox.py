@@ -99,6 +99,9 @@ class View:
     binds: tuple[Bind, ...] = ()
     cwd: str = "/"
     tmp: str | None = None  # a host directory for /tmp; None: a fresh tmpfs
+    # The size in bytes of the fresh /tmp and /dev/shm (None: the kernel's default, half the
+    # RAM). Their pages are memory, charged to the cgroup of the process that writes them.
+    tmp_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -255,9 +258,11 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
             args += ["--symlink", link, f"/{name}"]
         else:
             args += ["--ro-bind", f"/{name}", f"/{name}"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108 - the sandbox's own, private
+    # bwrap's --size (0.8.0, Debian 12, has it) bounds the next tmpfs.
+    size = ["--size", str(view.tmp_size)] if view.tmp_size is not None else []
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108 - private
     if view.tmp is None:
-        args += ["--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own, private
+        args += [*size, "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own, private
     # Parents inside /tmp are made too: a bind there (a test's environment under /tmp)
     # would otherwise get bwrap's owner-only directories in the private /tmp.
     mounted = {"/proc", "/dev", *(f"/{name}" for name, _ in system)}

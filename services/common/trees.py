@@ -245,19 +245,6 @@ def chown_tree(top: int, uid: int, gid: int) -> None:
                 os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)
 
 
-def disk_usage(top: int) -> tuple[int, int, int]:
-    """Below the directory open at `top`: (bytes of regular files by size, regular files,
-    bytes allocated to everything by st_blocks)."""
-    size = files = allocated = 0
-    with contextlib.closing(walk(top)) as entries:
-        for entry in entries:
-            allocated += entry.st.st_blocks * 512
-            if stat.S_ISREG(entry.st.st_mode):
-                size += entry.st.st_size
-                files += 1
-    return size, files, allocated
-
-
 def open_dir(path: Path) -> int:
     """A descriptor of the directory `path`, its last component not followed if a symlink."""
     return os.open(path, _DIR_FLAGS)

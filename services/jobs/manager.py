@@ -611,7 +611,7 @@ class JobManager:
             if limit is not None and want + have > limit:
                 over.append((resource, fmt(want), fmt(have), fmt(limit)))
         if quota.storage_bytes is not None:
-            stored = await self._stored_bytes(owner)
+            stored = int((await self._storage(owner)).get("bytes", 0))
             if stored >= quota.storage_bytes:
                 over.append(("storage", "0", format_bytes(stored), format_bytes(quota.storage_bytes)))
         if over:
@@ -621,15 +621,15 @@ class JobManager:
                 quota=[{"resource": r, "requested": a, "used": u, "limit": lim} for r, a, u, lim in over],
             )
 
-    async def _stored_bytes(self, owner: str) -> int:
-        """The bytes in the owner's home, as pfs counts them (it owns the count and its cache)."""
+    async def _storage(self, owner: str) -> dict[str, Any]:
+        """The owner's home as pfs counts it (it owns the count and its cache): `bytes`, and
+        whether its filesystem enforces the limit (`enforced`, `enforcement`)."""
         try:
-            answer = await self._pfs.usage(Identity(owner))
+            return await self._pfs.usage(Identity(owner))
         except ServiceUnavailable as exc:
             raise PfsUnavailable(f"storage use cannot be checked now: {exc.detail}") from None
         except ServiceError as exc:
             raise PfsUnavailable(f"storage use cannot be checked now: pfs said {exc.code}") from None
-        return int(answer.get("bytes", 0))
 
     async def quota(self, owner: str) -> dict[str, Any]:
         user = await self._store.get_user(owner)
@@ -637,10 +637,13 @@ class JobManager:
             raise UnknownUser(f"user {owner!r} does not exist")
         q = user.quota
         used = await self._in_use(owner)
-        try:
-            stored: int | None = await self._stored_bytes(owner)
-        except PfsUnavailable:
-            stored = None  # said as unknown; nothing here depends on it
+        machine = dict(self._backend.capacity())
+        stored: int | None = None  # unknown while pfs does not answer; nothing here depends on it
+        with contextlib.suppress(PfsUnavailable):
+            storage = await self._storage(owner)
+            stored = int(storage.get("bytes", 0))
+            machine["storage"] = "enforced" if storage.get("enforced") else "advisory"
+            machine["storage_detail"] = str(storage.get("enforcement", ""))
 
         def opt(value: int | None, fmt: Any) -> Any:
             return None if value is None else fmt(value)
@@ -657,7 +660,7 @@ class JobManager:
             "memory": {"used": format_bytes(used.memory_bytes), "limit": opt(q.memory_bytes, format_bytes)},
             "jobs": {"used": used.jobs, "limit": q.jobs},
             "storage": {"used": opt(stored, format_bytes), "limit": opt(q.storage_bytes, format_bytes)},
-            "machine": self._backend.capacity(),
+            "machine": machine,
         }
 
     # -- reading ---------------------------------------------------------------------

@@ -61,6 +61,14 @@ CHUNK = 1024 * 1024
 # Hashing a large file holds a worker thread for minutes; cap how many do so at once so
 # downloads and listings (which share asyncio's default executor) are never starved.
 HASH_CONCURRENCY = 4
+# How a storage quota holds, as `usage` says it (and `get quota` shows it).
+STORAGE_ENFORCED = (
+    "enforced by CephFS (ceph.quota.max_bytes on the home): uploads and jobs' own writes stop at the limit"
+)
+STORAGE_ADVISORY = (
+    "advisory here: uploads and submits are refused once the home is at its limit, but this "
+    "filesystem has no quota, so a running job's own writes into the home are not stopped"
+)
 
 
 def add_routes(app: web.Application) -> None:
@@ -465,4 +473,15 @@ async def usage(request: web.Request) -> web.Response:
     if record is not None:
         await request.app[QUOTAS].sync(user, limit)  # CephFS: the home carries the quota too
     measured = await request.app[USAGE].of(user)
-    return json_response({"user": user, "bytes": measured.bytes, "files": measured.files, "limit": limit})
+    enforced = request.app[QUOTAS].enabled
+    return json_response(
+        {
+            "user": user,
+            "bytes": measured.bytes,
+            "files": measured.files,
+            "limit": limit,
+            # Whether the filesystem holds jobs' own writes to the limit too (docs/security.md).
+            "enforced": enforced,
+            "enforcement": STORAGE_ENFORCED if enforced else STORAGE_ADVISORY,
+        }
+    )

@@ -6,9 +6,8 @@ import asyncio
 import errno
 import os
 import time
-from dataclasses import dataclass
 
-from paddlecloud.common import trees
+from paddlecloud.common.diskuse import DiskUse, walk_allocated
 from paddlecloud.common.volume import Root
 
 from . import cephfs
@@ -20,17 +19,9 @@ from . import cephfs
 CACHE_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
-class HomeUsage:
-    bytes: int
-    files: int
-
-
-def _walk(top: int) -> HomeUsage:
-    """Sum regular files' sizes (st_size) beneath the directory `top`, never following
-    symlinks, at any depth with a bounded number of descriptors (`trees.walk`)."""
-    size, files, _ = trees.disk_usage(top)
-    return HomeUsage(size, files)
+# What a home holds: allocated bytes and regular files (services/common/diskuse.py).
+HomeUsage = DiskUse
+_walk = walk_allocated
 
 
 class Usage:

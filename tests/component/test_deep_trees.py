@@ -37,7 +37,7 @@ def chain(top):
         fd = below
     os.symlink("/etc", "to-etc", dir_fd=fd)  # followed by nothing that removes it
     os.close(fd)
-chain("/tmp/deep")
+chain(os.path.join(os.environ["TRAINER_PACKAGE"], "deep"))  # the unpacked copy, removed at the end
 chain(os.path.join(os.getcwd(), "deep"))
 chain(os.path.join(os.environ["PADDLE_CLOUD_PFS_HOME"], "deep-" + os.environ["PADDLE_JOB_NAME"]))
 print("made", DEPTH, "levels three times", flush=True)
@@ -77,11 +77,11 @@ async def test_a_job_that_leaves_5000_deep_trees_succeeds_and_kill_rm_and_user_d
         await jobs.submit({"name": name, "package": package})
     for name in ("killed", "kept"):
         job = await jobs.wait(name, ("SUCCEEDED", "FAILED", "KILLED"))
-        # The supervisor removed its /tmp (5,000 levels) and recorded the end the program had.
+        # The supervisor removed its unpacked package (5,000 levels) and recorded the end the program had.
         assert job["state"] == "SUCCEEDED", job
         assert "made 5000 levels three times" in await jobs.logs(name)
     job_dirs = sorted((jobs.work_dir / "alice").iterdir())
-    assert len(job_dirs) == 2 and all(not (d / "tmp").exists() for d in job_dirs)
+    assert len(job_dirs) == 2 and all(not (d / "package").exists() for d in job_dirs)
     assert all((d / "work" / "trainer-0" / "deep" / "d" / "d").is_dir() for d in job_dirs)
 
     resp = await jobs.call("DELETE", "jobs/killed", params={"rm": "1"})

@@ -21,6 +21,7 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from paddlecloud.common.keys import STORE
+from paddlecloud.common.quantity import parse_bytes
 from paddlecloud.common.store import Token, User
 from paddlecloud.common.store.models import Quota, utcnow
 from paddlecloud.gateway.accounts import hash_token
@@ -257,7 +258,8 @@ async def test_an_over_quota_submit_is_refused_with_the_numbers(jobs: Jobs) -> N
     assert quota["cpu"] == {"used": "6", "limit": "8"}
     assert quota["memory"] == {"used": "3Gi", "limit": "16Gi"}
     assert quota["jobs"] == {"used": 1, "limit": 6} and quota["gpu"] == {"used": 0, "limit": None}
-    assert quota["storage"]["limit"] is None and int(quota["storage"]["used"]) > 0
+    # Whole blocks now (allocated, not apparent sizes): `4Ki` and the like.
+    assert quota["storage"]["limit"] is None and parse_bytes(quota["storage"]["used"]) > 0
     assert (await jobs.call("GET", "jobs/more")).status == 404  # nothing was recorded
     await jobs.call("DELETE", "jobs/big")
     await jobs.submit({"name": "more", "package": package, "trainers": 2, "cpu": "1500m"})

@@ -24,6 +24,7 @@ from paddlecloud.common.store import Token, User
 from paddlecloud.common.store.models import Quota, utcnow
 from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
+from paddlecloud.pfs.api import STORAGE_ADVISORY
 from paddlecloud.pfs.app import create_app as create_pfs
 from support import make_config
 
@@ -717,18 +718,23 @@ async def test_usage(pfs: Pfs) -> None:
     write(pfs.home("alice") / "a", b"x" * 10)
     write(pfs.home("alice") / "d" / "b", b"y" * 20)
     os.symlink("a", pfs.home("alice") / "link")
-    expected = {"user": "alice", "bytes": 30, "files": 2, "limit": 10_000}
+    # What the files take on the disk: whole blocks (st_blocks), as du and quotas count.
+    a, b = (os.stat(pfs.home("alice") / p).st_blocks * 512 for p in ("a", "d/b"))
+    assert a >= 10 and b >= 20
+    advisory = {"enforced": False, "enforcement": STORAGE_ADVISORY}
+    expected = {"user": "alice", "bytes": a + b, "files": 2, "limit": 10_000, **advisory}
     assert await pfs.ok_json("usage") == expected
     assert await pfs.ok_json("usage", user="alice") == expected
     assert await pfs.ok_json("usage", "admin", user="alice") == expected
-    assert await pfs.ok_json("usage", "bob") == {"user": "bob", "bytes": 0, "files": 0, "limit": None}
+    bob = {"user": "bob", "bytes": 0, "files": 0, "limit": None, **advisory}
+    assert await pfs.ok_json("usage", "bob") == bob
     # Changes made here are seen at once, not after the cache expires.
     resp = await pfs.call("DELETE", "files", params={"path": f"{HOME}/alice/d", "recursive": "1"})
     assert resp.status == 204
-    assert (await pfs.ok_json("usage"))["bytes"] == 10
+    assert (await pfs.ok_json("usage"))["bytes"] == a
     assert (await mv(pfs, "alice/a", "bob/a", "admin")).status == 200
     assert (await pfs.ok_json("usage"))["bytes"] == 0
-    assert (await pfs.ok_json("usage", "bob"))["bytes"] == 10
+    assert (await pfs.ok_json("usage", "bob"))["bytes"] == a
 
 
 async def test_usage_of_others_is_for_admins(pfs: Pfs) -> None:

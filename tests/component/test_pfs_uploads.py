@@ -392,15 +392,22 @@ async def test_tus_max_size_is_413_at_creation(make_platform) -> None:
 
 
 async def test_quota_counts_the_home_and_unfinished_uploads(platform: Platform) -> None:
-    alice = await platform.user("alice", storage=1000)
-    url = await platform.new_upload(alice, "/pfs/dc1/home/alice/a", 300)
-    assert (await platform.patch(alice, url, 0, b"a" * 300)).status == 204  # 300 used
-    await platform.new_upload(alice, "/pfs/dc1/home/alice/b", 500)  # 500 reserved
-    resp = await platform.create(alice, 201, metadata(path="/pfs/dc1/home/alice/c"))
+    # Whole 4 KiB blocks: a home's use is what its files take on the disk (allocated blocks).
+    block = 4096
+    alice = await platform.user("alice", storage=10 * block)
+    url = await platform.new_upload(alice, "/pfs/dc1/home/alice/a", 3 * block)
+    assert (await platform.patch(alice, url, 0, b"a" * 3 * block)).status == 204
+    # 3 blocks, and one more where the filesystem keeps the remembered sha256 out of the inode.
+    used = os.stat(platform.root / "home" / "alice" / "a").st_blocks * 512
+    assert 3 * block <= used <= 4 * block
+    await platform.new_upload(alice, "/pfs/dc1/home/alice/b", 5 * block)  # 5 reserved
+    left = 10 * block - used - 5 * block
+    resp = await platform.create(alice, left + 1, metadata(path="/pfs/dc1/home/alice/c"))
     body = await problem(resp, 403, "ERR_QUOTA_EXCEEDED")
-    assert (body["requested"], body["used"], body["reserved"], body["limit"]) == (201, 300, 500, 1000)
+    figures = (body["requested"], body["used"], body["reserved"], body["limit"])
+    assert figures == (left + 1, used, 5 * block, 10 * block)
     # Exactly what is left still fits.
-    await platform.new_upload(alice, "/pfs/dc1/home/alice/c", 200)
+    await platform.new_upload(alice, "/pfs/dc1/home/alice/c", left)
     # Another user's quota is their own.
     bob = await platform.user("bob", storage=10)
     resp = await platform.create(bob, 11, metadata(path="/pfs/dc1/home/bob/x"))

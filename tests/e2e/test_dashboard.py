@@ -321,3 +321,14 @@ def test_a_cross_site_post_without_the_csrf_token_is_refused(platform: Any, cont
     page.fill("#confirm-input", "made-by-alice")
     page.click("#confirm-ok")
     page.locator(f"tr[data-path='/pfs/{DC}/home/alice/made-by-alice']").wait_for()
+
+
+def test_the_quota_page_says_what_is_only_advisory_here(platform: Any, context: Any) -> None:
+    page = context.new_page()
+    sign_in(page, platform, "alice")
+    page.goto(platform.endpoint + "/quota")
+    ready(page)
+    page.wait_for_selector("#quota-notes li")
+    notes = page.inner_text("#quota-notes")
+    # A local PFS root has no filesystem quota: jobs' own writes are not stopped.
+    assert "Storage quota: advisory here" in notes, notes

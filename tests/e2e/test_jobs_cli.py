@@ -258,7 +258,10 @@ def test_listing_jobs_showing_one_and_the_quota(server: Any, tmp_path: Path) -> 
     quota = ok(run_cli(server, "get", "quota")).splitlines()
     assert quota[0].split() == ["RESOURCE", "USED", "LIMIT"]
     # The table, then notes on the machine (its GPUs, advisory limits) where it has them.
-    table = [line for line in quota[1:] if not line.startswith(("GPU", "Limits are advisory"))]
+    notes = ("GPU", "Limits are advisory", "Storage quota")
+    table = [line for line in quota[1:] if not line.startswith(notes)]
+    # A local PFS root has no filesystem quota: the storage limit says it is advisory here.
+    assert "Storage quota: advisory here" in "\n".join(quota), quota
     rows = {line.split()[0]: line.split()[1:] for line in table}
     assert set(rows) == {"cpu", "gpu", "memory", "jobs", "storage"}
     assert rows["jobs"] == ["1", "unlimited"]  # the sleeper; the admin has no limits

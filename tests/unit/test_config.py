@@ -47,6 +47,8 @@ def test_unknown_env_key_is_named() -> None:
         ("- a\n- b\n", "mapping of sections"),
         ("gateway: [\n", "not valid YAML"),
         ("log:\n  format: xml\n", "log.format"),
+        ("jobs:\n  package_max_bytes: lots\n", "jobs.package_max_bytes"),
+        ("jobs:\n  log_max_bytes: 64Ki\n", "jobs.log_max_bytes"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
@@ -81,3 +83,12 @@ def test_missing_secret_refuses_to_run() -> None:
     config = load_config(None, env={})
     with pytest.raises(ConfigError, match=r"internal\.secret is not set"):
         config.internal_secret()
+
+
+def test_disk_bounds_take_quantities() -> None:
+    config = load_config(
+        None, env={"PADDLECLOUD_JOBS_PACKAGE_MAX_BYTES": "2Gi", "PADDLECLOUD_JOBS_LOG_MAX_BYTES": "64Mi"}
+    )
+    assert (config.jobs.package_max_bytes, config.jobs.log_max_bytes) == (2 * 2**30, 64 * 2**20)
+    defaults = load_config(None, env={}).jobs
+    assert (defaults.package_max_bytes, defaults.log_max_bytes) == (2**30, 256 * 2**20)

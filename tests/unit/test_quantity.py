@@ -13,6 +13,7 @@ from paddlecloud.common.quantity import (
     parse_bytes,
     parse_cpu_milli,
     parse_quantity,
+    readable_bytes,
 )
 
 
@@ -50,3 +51,10 @@ def test_cpu_and_bytes() -> None:
         parse_bytes("500m")
     assert (format_cpu_milli(2000), format_cpu_milli(500)) == ("2", "500m")
     assert (format_bytes(2**30), format_bytes(3 * 2**29), format_bytes(1000)) == ("1Gi", "1536Mi", "1000")
+
+
+@pytest.mark.parametrize(
+    ("size", "text"), [(17, "17 bytes"), (1536, "1.5 KiB"), (2**20, "1.0 MiB"), (2 * 2**30 + 1, "2.0 GiB")]
+)
+def test_readable_bytes(size: int, text: str) -> None:
+    assert readable_bytes(size) == text

@@ -221,7 +221,8 @@ empty means no limit.</p>
 </form></dialog></section>"""
     main = f"""<section><h1>Quota</h1>
 <p id="quota-status" class="muted" role="status"></p>
-<dl id="quota-bars" class="bars"></dl></section>
+<dl id="quota-bars" class="bars"></dl>
+<ul id="quota-notes" class="muted"></ul></section>
 {users}"""
     return _page(request, session, page="quota", title="Quota", main=main)
 

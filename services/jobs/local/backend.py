@@ -64,9 +64,11 @@ from ..backend import (
 )
 from ..spec import JobSpec
 from . import claim
+from .caplog import read_dropped
 from .gpus import GpuPool, discover
 from .plan import CgroupPlan, Plan, SandboxPlan, build_plan
 from .uids import UidMap, UidsExhausted
+from .unpack import unpack
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +77,8 @@ SUPERVISOR_MODULE = "paddlecloud.jobs.local.supervisor"
 ZYGOTE_TIMEOUT_SECONDS = 10.0
 # Where a sandboxed worker sees a package that was an archive (unpacked for the job).
 PACKAGE_TARGET = "/job/package"
+# The least a worker's log keeps, however many workers share the job's cap.
+MIN_LOG_BYTES = 256 * 1024
 
 
 @dataclass
@@ -428,7 +432,8 @@ class LocalBackend(Backend):
         if self._hierarchy is not None:
             h = self._hierarchy
             limits = CgroupPlan(h.version, str(h.root), h.parent, job.id, self._config.jobs.pids_max)
-        ports = free_ports(spec.pservers + spec.trainers + 1)
+        spec_workers = range(spec.pservers + spec.trainers)
+        ports = free_ports(len(spec_workers) + 1)
         plan = build_plan(
             job_name=spec.name,
             user=job.owner,
@@ -458,6 +463,9 @@ class LocalBackend(Backend):
             devices=devices,
             python=python,
             notify=str(self._work_dir / "notify.sock") if self._notify is not None else None,
+            # The job's cap, shared equally: each worker keeps the newest of its own output.
+            log_max_bytes=max(self._config.jobs.log_max_bytes // len(spec_workers), MIN_LOG_BYTES),
+            scratch_max_bytes=self._config.jobs.scratch_max_bytes,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:
@@ -480,12 +488,7 @@ class LocalBackend(Backend):
         target.mkdir()
         fd = self._root.open(self._pfs(launch.package), os.O_RDONLY | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as archive:
-            if launch.package_kind == "zip":
-                _unzip(archive, target)
-            else:
-                with tarfile.open(fileobj=archive, mode="r:*") as tar:
-                    # The "data" filter refuses absolute names, `..`, links out and devices.
-                    tar.extractall(target, filter="data")
+            unpack(archive, launch.package_kind, target, self._config.jobs.package_max_bytes)
         return target
 
     def _pfs(self, text: str) -> PfsPath:
@@ -597,7 +600,7 @@ class LocalBackend(Backend):
         if state is None:
             if alive:
                 return seen(PENDING, "starting")
-            output = _tail(job_dir / "supervisor.log")
+            output = _last_lines(job_dir / "supervisor.log")
             return seen(FAILED, f"the job's supervisor stopped before it started the job: {output}")
         current = str(state.get("state", RUNNING))
         if current not in TERMINAL_STATES and not alive:
@@ -668,7 +671,7 @@ class LocalBackend(Backend):
         if offsets is None:
             offsets = [0] * len(names)
             if query.tail is not None:
-                offsets = [tail_offset(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
+                offsets = [_tail(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
         wanted = [
             i
             for i, name in enumerate(names)
@@ -682,6 +685,15 @@ class LocalBackend(Backend):
                 path = job_dir / "logs" / f"{names[i]}.log"
                 start = offsets[i]
                 lines, truncated = read_lines(path, start, final)
+                # Read after the lines: the cap drops bytes only once it has said so here.
+                gone = read_dropped(path)
+                if gone.offset > start:
+                    # What was read may be a dropped part's zeros: a marker stands for it.
+                    offsets[i] = gone.offset
+                    marker = (gone.marker(start), gone.offset - start)
+                    yield _with_cursors(names[i], [marker], offsets, i, start)
+                    more = True
+                    continue
                 offsets[i] += sum(size for _, size in lines)
                 more = more or truncated
                 if lines:
@@ -758,16 +770,12 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _unzip(archive: Any, target: Path) -> None:
-    with zipfile.ZipFile(archive) as z:
-        for info in z.infolist():
-            name = Path(info.filename)
-            if name.is_absolute() or ".." in name.parts:
-                raise ValueError(f"the zip archive holds an unsafe name: {info.filename!r}")
-        z.extractall(target)  # noqa: S202 - every name was checked above
+def _tail(path: Path, lines: int) -> int:
+    """Where a worker's log's last `lines` lines begin, among the bytes its cap kept."""
+    return tail_offset(path, lines, read_dropped(path).offset)
 
 
-def _tail(path: Path, lines: int = 3) -> str:
+def _last_lines(path: Path, lines: int = 3) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:

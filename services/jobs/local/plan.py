@@ -173,6 +173,11 @@ class Plan:
     # The jobs service's datagram socket, told the job's id whenever state.json changes
     # (a hint: the service polls too), or None.
     notify: str | None = None
+    # The most each worker's log keeps (its newest bytes; caplog.py); None: no cap.
+    log_max_bytes: int | None = None
+    # The most the job may add to its package and working directories while it runs
+    # (the supervisor checks every DISK_CHECK_SECONDS); None: no bound.
+    scratch_max_bytes: int | None = None
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -194,6 +199,8 @@ class Plan:
             "cgroups": None if self.cgroups is None else self.cgroups.to_dict(),
             "python": self.python,
             "notify": self.notify,
+            "log_max_bytes": self.log_max_bytes,
+            "scratch_max_bytes": self.scratch_max_bytes,
         }
 
     @classmethod
@@ -209,6 +216,8 @@ class Plan:
             cgroups=None if data.get("cgroups") is None else CgroupPlan.from_dict(data["cgroups"]),
             python=None if data.get("python") is None else str(data["python"]),
             notify=None if data.get("notify") is None else str(data["notify"]),
+            log_max_bytes=_opt_int(data.get("log_max_bytes")),
+            scratch_max_bytes=_opt_int(data.get("scratch_max_bytes")),
         )
 
 
@@ -242,6 +251,8 @@ def build_plan(
     devices: Mapping[str, Sequence[str]] | None = None,
     python: str | None = None,
     notify: str | None = None,
+    log_max_bytes: int | None = None,
+    scratch_max_bytes: int | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -333,4 +344,6 @@ def build_plan(
         cgroups=cgroups,
         python=python,
         notify=notify,
+        log_max_bytes=log_max_bytes,
+        scratch_max_bytes=scratch_max_bytes,
     )

@@ -6,7 +6,8 @@ accepts TCP connections, starts the trainers, restarts failed workers up to
 
 - `state.json`: the job's and every worker's state, replaced atomically on each change;
 - `events.jsonl`: one line per notable event (`time`, `type`, `reason`, `message`);
-- `logs/<worker>.log`: the worker's stdout and stderr, restarts marked by a line;
+- `logs/<worker>.log`: the worker's stdout and stderr, restarts marked by a line, copied
+  there from a pipe by the supervisor and capped (`caplog.py`);
 - `supervisor.log`: its own output (its stdout and stderr are redirected there, so it
   outlives a jobs service that started it with pipes).
 
@@ -52,12 +53,14 @@ from typing import Any, NoReturn
 
 from paddlecloud.common import beneath, sandbox, trees
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
-from paddlecloud.common.quantity import format_bytes
+from paddlecloud.common.diskuse import allocated_beneath
+from paddlecloud.common.quantity import format_bytes, readable_bytes
 from paddlecloud.common.sandbox import Bind, Command, View
 from paddlecloud.common.seccomp import SeccompUnavailable, filter_program
 
 from ..exits import describe_exit, exit_status
 from . import claim
+from .caplog import CappedLog
 from .launch import fork_launcher
 from .plan import Plan, Role, Worker
 
@@ -67,6 +70,13 @@ WORKDIR = "/job/work"
 # Device nodes a worker with GPUs needs besides its own: the driver's control nodes.
 NVIDIA_SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 MAX_RESTART_DELAY_SECONDS = 30.0
+# How long a worker's output pipe may stay open once its group is gone (only a process that
+# left the group holds it then): what it writes later is not read.
+PIPE_DRAIN_SECONDS = 1.0
+# How often a job's package and working directories are measured against their bound.
+DISK_CHECK_SECONDS = 2.0
+# The size of a sandboxed worker's /tmp when its plan gives it no memory limit.
+DEFAULT_TMP_BYTES = 2**30
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 
@@ -213,6 +223,8 @@ class JobSupervisor:
         # a run without them makes its own as it starts.
         self._first_groups = dict(first_groups or {})
         self._trainers_started = False
+        self._log_files: dict[str, CappedLog] = {}
+        self._pumps: dict[str, _Pump] = {}
         self._notifier: socket.socket | None = None
         if plan.notify is not None:
             self._notifier = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -231,8 +243,10 @@ class JobSupervisor:
         self._write_state()
         job = asyncio.create_task(self._run_job(), name="local-job")
         stopping = asyncio.create_task(stop.wait(), name="local-job-stop-signal")
-        await asyncio.wait({job, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        disk = asyncio.create_task(self._watch_disk(), name="local-job-disk")
+        await asyncio.wait({job, stopping, disk}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
+        disk.cancel()
         if job.done():
             try:
                 state, reason = job.result()
@@ -243,16 +257,21 @@ class JobSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
             state, reason = JobState.KILLED, "killed: the supervisor was told to stop"
+            if disk.done() and not disk.cancelled() and disk.exception() is None:
+                state, reason = JobState.FAILED, disk.result()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         self._remove_unused_cgroups()
-        # Workers' private /tmp goes with them; logs and output stay. Whatever a job left
-        # there (any depth, any symlink), its end is recorded: a leftover is only said.
+        # An archive unpacked for the job goes with it (the archive stays in PFS); logs and
+        # output stay. Whatever a job left there (any depth, any symlink), its end is
+        # recorded: a leftover is only said.
         try:
-            trees.remove_path(self._job_dir / "tmp")
+            trees.remove_path(self._job_dir / "package")
         except OSError as exc:
-            print(f"paddlecloud supervisor: cannot remove the job's /tmp: {exc}", file=sys.stderr)
+            print(f"paddlecloud supervisor: cannot remove the job's package: {exc}", file=sys.stderr)
         self._finish(state, reason)
+        for log in self._log_files.values():
+            log.close()
         if self._notifier is not None:
             self._notifier.close()
         return state
@@ -303,6 +322,29 @@ class JobSupervisor:
         finally:
             self._stopped_as = stopped_as
             await self._stop_all(tasks)
+
+    async def _watch_disk(self) -> str:
+        """Why the job must stop, once what it added to its package and working directories
+        (on the platform's disk) passes the plan's bound; checked every DISK_CHECK_SECONDS,
+        as the kubelet checks a pod's ephemeral storage. Never returns without a bound."""
+        limit = self._plan.scratch_max_bytes
+        if limit is None:
+            await asyncio.Event().wait()
+        assert limit is not None
+        start = await asyncio.to_thread(self._scratch_bytes)
+        while True:
+            await asyncio.sleep(DISK_CHECK_SECONDS)
+            added = await asyncio.to_thread(self._scratch_bytes) - start
+            if added > limit:
+                return (
+                    f"the job wrote {readable_bytes(added)} into its package and working "
+                    f"directories, more than the {format_bytes(limit)} a job may add to them on "
+                    "this machine (jobs.scratch_max_bytes): write outputs to PADDLE_CLOUD_OUTPUT"
+                )
+
+    def _scratch_bytes(self) -> int:
+        """What the job's unpacked package and its workers' working directories hold."""
+        return sum(allocated_beneath(self._job_dir / name).bytes for name in ("package", "work"))
 
     async def _pservers_ready(self) -> None:
         for event in self._ready.values():
@@ -384,7 +426,12 @@ class JobSupervisor:
                 self._update(status, WorkerState.RUNNING)
             return await proc.wait(), None
         finally:
-            await self._stop_process(worker, proc)
+            try:
+                await self._stop_process(worker, proc)
+            finally:
+                pump = self._pumps.pop(worker.name, None)
+                if pump is not None:
+                    await pump.finish()
             self._oom[worker.name] = self._out_of_memory(worker)
             if self._hierarchy is not None:
                 self._hierarchy.remove(self._cgroup_of(worker))
@@ -427,15 +474,20 @@ class JobSupervisor:
             command = self._sandbox.wrap(self._view(worker), command.argv)
         env.update(worker.env)
         groups = [str(group) for group in self._cgroups_for(worker)]
-        # The child gets its own copy of the descriptor; ours is closed once it exists.
+        # The worker writes into a pipe, and only this process writes its log (caplog.py):
+        # the child gets its own copy of the pipe's end; ours is closed once it exists.
         try:
-            log = os.open(self._log_path(worker), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            out, into = os.pipe2(os.O_CLOEXEC)
             try:
-                pid = fork_launcher(groups, command.argv, env, str(self._workdir(worker)), log, command.fds)
+                pid = fork_launcher(groups, command.argv, env, str(self._workdir(worker)), into, command.fds)
+            except BaseException:
+                os.close(out)
+                raise
             finally:
-                os.close(log)
+                os.close(into)
         finally:
             command.close()
+        self._pumps[worker.name] = _Pump(out, self._log(worker))
         return Child(pid)
 
     def _view(self, worker: Worker) -> View:
@@ -452,9 +504,10 @@ class JobSupervisor:
         ]
         if worker.devices:
             binds += [Bind(node, node, writable=True, device=True) for node in nvidia_nodes()]
-        return View(
-            uid=boxed.uid, gid=boxed.gid, binds=tuple(binds), cwd=WORKDIR, tmp=str(self._tmpdir(worker))
-        )
+        # /tmp (and /dev/shm) is a tmpfs as large as the worker's memory: what it holds is
+        # memory, charged to the worker's cgroup, and bounded even where cgroups are not.
+        tmp_size = worker.memory_bytes or DEFAULT_TMP_BYTES
+        return View(uid=boxed.uid, gid=boxed.gid, binds=tuple(binds), cwd=WORKDIR, tmp_size=tmp_size)
 
     def _cgroups_for(self, worker: Worker) -> list[Path]:
         """Fresh groups for this run of `worker`: on its first run, the ones made beforehand."""
@@ -511,7 +564,7 @@ class JobSupervisor:
     # -- records ---------------------------------------------------------------------
 
     def _prepare(self, worker: Worker) -> None:
-        """The worker's working directory (and private /tmp), made before any of its code runs."""
+        """The worker's working directory, made before any of its code runs."""
         boxed = self._plan.sandbox
         prepare_workdir(
             self._workdir(worker),
@@ -522,23 +575,20 @@ class JobSupervisor:
             within=_bind_holding(boxed.package_host, boxed.binds) if boxed else None,
         )
         if boxed is not None:
-            tmp = self._tmpdir(worker)
-            tmp.mkdir(parents=True, exist_ok=True)
-            for path in (self._workdir(worker), tmp):
-                os.lchown(path, boxed.uid, boxed.gid)
+            os.lchown(self._workdir(worker), boxed.uid, boxed.gid)
 
     def _workdir(self, worker: Worker) -> Path:
         return self._job_dir / "work" / worker.name
 
-    def _tmpdir(self, worker: Worker) -> Path:
-        return self._job_dir / "tmp" / worker.name
-
-    def _log_path(self, worker: Worker) -> Path:
-        return self._logs / f"{worker.name}.log"
+    def _log(self, worker: Worker) -> CappedLog:
+        """The worker's log, opened at its first run and kept for its restarts."""
+        if worker.name not in self._log_files:
+            path = self._logs / f"{worker.name}.log"
+            self._log_files[worker.name] = CappedLog(path, self._plan.log_max_bytes)
+        return self._log_files[worker.name]
 
     def _append_log(self, worker: Worker, line: str) -> None:
-        with open(self._log_path(worker), "a", encoding="utf-8") as log:
-            log.write(line + "\n")
+        self._log(worker).line(line)
 
     def _worker_failed(self, status: WorkerStatus, failure: str) -> None:
         self._update(status, WorkerState.FAILED)
@@ -583,6 +633,48 @@ class JobSupervisor:
             # A hint, never waited for: a service that is down or busy polls the file anyway.
             with contextlib.suppress(OSError):
                 self._notifier.sendto(self._job_dir.name.encode(), self._plan.notify)
+
+
+class _Pump:
+    """Copies what one run of a worker writes into its pipe to the worker's capped log."""
+
+    def __init__(self, fd: int, log: CappedLog) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._log = log
+        self._loop = asyncio.get_running_loop()
+        self._ended = self._loop.create_future()
+        self._loop.add_reader(fd, self._read)
+
+    def _read(self) -> None:
+        for _ in range(16):  # a bounded share of the loop per wake-up: other workers go on
+            try:
+                data = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close()
+                return
+            try:
+                self._log.write(data)
+            except OSError as exc:  # a full disk: the output is lost, the worker goes on
+                print(f"paddlecloud supervisor: cannot write a log: {exc}", file=sys.stderr)
+
+    def _close(self) -> None:
+        if not self._ended.done():
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._ended.set_result(None)
+
+    async def finish(self) -> None:
+        """Copy what is left, until every writer has closed the pipe or PIPE_DRAIN_SECONDS passed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._ended), PIPE_DRAIN_SECONDS)
+        if not self._ended.done():
+            self._read()
+            self._close()
 
 
 class Child:

@@ -33,10 +33,19 @@ function bar(key, label, usage) {
   return [h("dt", {}, label), h("dd", { dataset: { resource: key } }, meter, " ", h("span", {}, text))];
 }
 
+// What the bars do not say: limits and the storage quota that are only counted here.
+export function notes(machine) {
+  const found = [];
+  if (machine.limits === "advisory") found.push(`Limits are advisory here: ${machine.limits_detail}`);
+  if (machine.storage === "advisory") found.push(`Storage quota: ${machine.storage_detail}`);
+  return found;
+}
+
 async function showQuota() {
   try {
     const quota = await api("/api/v1/quota");
     $("quota-bars").replaceChildren(...RESOURCES.flatMap(([key, label]) => bar(key, label, quota[key])));
+    $("quota-notes").replaceChildren(...notes(quota.machine ?? {}).map((text) => h("li", {}, text)));
   } catch (error) {
     $("quota-status").textContent = error.message;
   }
