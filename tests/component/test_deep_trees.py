@@ -140,7 +140,9 @@ async def test_pfs_refuses_to_list_a_50000_deep_tree_and_removes_it_with_few_des
         listed = await pfs.ok_json("ls", path="/pfs/dc1/home/alice")  # one level: fine
         assert sorted(e["name"] for e in listed["entries"]) == ["deep", "x.txt"]
         usage = await pfs.ok_json("usage")
-        assert usage["bytes"] == 1, usage
+        # Counted in allocated blocks: the one-byte file's block, whatever the depth beside it.
+        x_blocks = (pfs.home("alice") / "x.txt").stat().st_blocks * 512
+        assert (usage["bytes"], usage["files"]) == (x_blocks, 1), usage
         deep = {"path": "/pfs/dc1/home/alice/deep", "recursive": "1"}
         resp = await pfs.call("DELETE", "files", params=deep)
         assert resp.status in (200, 204), await resp.text()
