@@ -41,6 +41,7 @@ $(HELM): scripts/helm-requirements.txt scripts/install_helm.py | $(STAMP)
 CEPH_DEBS := ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse
 system-deps:
 	@missing=""; command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v pasta >/dev/null || missing="$$missing passt"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v ss >/dev/null || missing="$$missing iproute2"; \
 	command -v busybox >/dev/null || missing="$$missing busybox"; \

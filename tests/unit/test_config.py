@@ -47,6 +47,7 @@ def test_unknown_env_key_is_named() -> None:
         ("- a\n- b\n", "mapping of sections"),
         ("gateway: [\n", "not valid YAML"),
         ("log:\n  format: xml\n", "log.format"),
+        ("jobs:\n  network: host\n", "jobs.network"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:

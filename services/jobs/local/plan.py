@@ -5,7 +5,9 @@
 
 How the runtime contract (DESIGN §4) maps onto one machine:
 
-- Every host is `host` (127.0.0.1); parameter servers differ by port. The fleet-style
+- Every host is `host` (127.0.0.1); parameter servers differ by port. A sandboxed job's
+  127.0.0.1 is its own namespace's loopback (`Plan.network`), shared by its workers and
+  its supervisor alone, so the endpoints below mean the same inside it. The fleet-style
   `PADDLE_PSERVERS_IP_PORT_LIST` (`127.0.0.1:p0,127.0.0.1:p1`) is the reliable endpoint
   list here.
 - Paddle v1/v2 names a list of hosts sharing one port. A v1 *trainer* therefore sees
@@ -173,6 +175,10 @@ class Plan:
     # The jobs service's datagram socket, told the job's id whenever state.json changes
     # (a hint: the service polls too), or None.
     notify: str | None = None
+    # The job's network namespace (services/common/netns.py), which the supervisor enters
+    # before it starts a worker: "none" (its own loopback only), "outbound" (and other
+    # hosts through pasta), or None: the host's network (unsandboxed jobs).
+    network: str | None = None
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -194,6 +200,7 @@ class Plan:
             "cgroups": None if self.cgroups is None else self.cgroups.to_dict(),
             "python": self.python,
             "notify": self.notify,
+            "network": self.network,
         }
 
     @classmethod
@@ -209,6 +216,7 @@ class Plan:
             cgroups=None if data.get("cgroups") is None else CgroupPlan.from_dict(data["cgroups"]),
             python=None if data.get("python") is None else str(data["python"]),
             notify=None if data.get("notify") is None else str(data["notify"]),
+            network=None if data.get("network") is None else str(data["network"]),
         )
 
 
@@ -242,6 +250,7 @@ def build_plan(
     devices: Mapping[str, Sequence[str]] | None = None,
     python: str | None = None,
     notify: str | None = None,
+    network: str | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -333,4 +342,5 @@ def build_plan(
         cgroups=cgroups,
         python=python,
         notify=notify,
+        network=network,
     )

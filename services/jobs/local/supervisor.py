@@ -51,7 +51,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from paddlecloud.common import sandbox
+from paddlecloud.common import netns, sandbox
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, View
@@ -682,8 +682,22 @@ def run_job_dir(job_dir: Path, ready: _Ready | None = None) -> int:
             if ready is not None:
                 ready.remove()
             return _refuse(job_dir, str(exc))
+    # The job's own network namespace, entered before any worker (or the event loop's
+    # threads) exists: every worker inherits it, and the supervisor's own probe of the
+    # parameter servers' ports looks at the loopback the workers share.
+    pasta = None
+    if plan.network is not None:
+        try:
+            pasta = netns.isolate(outbound=plan.network == "outbound")
+        except (netns.NetworkUnavailable, OSError) as exc:
+            if ready is not None:
+                ready.remove()
+            return _refuse(job_dir, f"cannot make the job's network: {exc}")
     first_groups = ready.groups if ready is not None else None
-    state = asyncio.run(JobSupervisor(job_dir, plan, first_groups).run())
+    try:
+        state = asyncio.run(JobSupervisor(job_dir, plan, first_groups).run())
+    finally:
+        netns.stop(pasta)
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
 
