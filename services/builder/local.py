@@ -215,17 +215,15 @@ class LocalBuildBackend(BuildBackend):
     def _network_wrapper(self) -> list[str] | None:
         """The command that runs pip in a network namespace of its own, outbound through
         pasta with only the index's loopback ports forwarded; None where builds share the
-        host's network (not root, no sandbox, or no pasta and `builder.sandbox: auto`)."""
+        host's network (not root, no sandbox, or pasta cannot run and `builder.sandbox:
+        auto`)."""
         if not self._sandbox.switches_uid:
             return None
-        if netns.pasta_path() is None:
+        reason = netns.no_outbound_reason()
+        if reason is not None:
             if self._sandbox_mode == "required":
-                raise RuntimeError(
-                    "builder.sandbox is 'required' and pasta is missing (Debian: apt-get install passt)"
-                )
-            log.warning(
-                "builds_share_host_network", detail="pasta is missing (Debian: apt-get install passt)"
-            )
+                raise RuntimeError(f"builder.sandbox is 'required', but {reason}")
+            log.warning("builds_share_host_network", detail=reason)
             return None
         forwards = [arg for port in self._index_ports for arg in ("--forward-tcp", str(port))]
         return [self._python, "-m", netns.__name__, "--outbound", *forwards, "--"]

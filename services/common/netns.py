@@ -62,6 +62,17 @@ def pasta_path() -> str | None:
     return shutil.which("pasta")
 
 
+def no_outbound_reason() -> str | None:
+    """Why this machine cannot give a namespace outbound traffic through pasta, or None
+    when it can: pasta must be installed, and it needs a host interface with an IPv4
+    default route to send from (it refuses to start without one)."""
+    if pasta_path() is None:
+        return "pasta is missing (Debian: apt-get install passt)"
+    if not _has_default_route():
+        return "this machine has no IPv4 default route for pasta to send through"
+    return None
+
+
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
@@ -80,27 +91,29 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
-def isolate(
-    *, outbound: bool, forward_tcp: Sequence[int] = (), pasta: str | None = None
-) -> subprocess.Popen[bytes] | None:
+def isolate() -> int:
     """Move this process (root, single-threaded) into a new network namespace with its
-    loopback up; with `outbound`, start pasta for it and wait until the namespace has its
-    route out. Returns pasta's process (the caller stops it when done; it is killed
-    should this process die), or None without outbound. NetworkUnavailable if it fails."""
+    loopback up. Returns a descriptor of the namespace it left (the host's), for
+    `outbound`. NetworkUnavailable if it fails."""
     host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if _libc().unshare(CLONE_NEWNET) != 0:
-            code = ctypes.get_errno()
-            raise NetworkUnavailable(f"cannot make a network namespace: {os.strerror(code)}")
-        _loopback_up()
-        if not outbound:
-            return None
-        return _start_pasta(host, forward_tcp, pasta or pasta_path())
-    finally:
+    if _libc().unshare(CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
         os.close(host)
+        raise NetworkUnavailable(f"cannot make a network namespace: {os.strerror(code)}")
+    try:
+        _loopback_up()
+    except OSError as exc:
+        os.close(host)
+        raise NetworkUnavailable(f"cannot bring the loopback up: {exc}") from None
+    return host
 
 
-def _start_pasta(host: int, forward_tcp: Sequence[int], pasta: str | None) -> subprocess.Popen[bytes]:
+def outbound(host: int, forward_tcp: Sequence[int] = ()) -> subprocess.Popen[bytes]:
+    """Start pasta for this process's namespace, from the `host` namespace (isolate's
+    descriptor), and wait until the namespace has its route out. Returns pasta's process:
+    the caller stops it when done, and it is killed should this process die.
+    NetworkUnavailable if it cannot start or configure the namespace."""
+    pasta = pasta_path()
     if pasta is None:
         raise NetworkUnavailable("outbound network needs pasta (Debian: apt-get install passt)")
     ours = os.open("/proc/self/ns/net", os.O_RDONLY)  # inherited by pasta, which joins it
@@ -177,8 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give a COMMAND after --")
+    pasta = None
     try:
-        pasta = isolate(outbound=args.outbound, forward_tcp=args.forward_tcp)
+        host = isolate()
+        try:
+            if args.outbound:
+                pasta = outbound(host, args.forward_tcp)
+        finally:
+            os.close(host)
     except (NetworkUnavailable, OSError) as exc:
         print(f"paddlecloud netns: {exc}", file=sys.stderr)
         return 125

@@ -13,9 +13,11 @@ from aiohttp import web
 # The builder's fixtures, shared with its main tests.
 from test_builder import Builds, builder_settings, builds, wheelhouse  # noqa: F401
 
+from paddlecloud.common import netns
+
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("bwrap") is None or shutil.which("pasta") is None,
-    reason="network namespaces per build need root, bubblewrap and pasta (make system-deps)",
+    os.geteuid() != 0 or shutil.which("bwrap") is None or netns.no_outbound_reason() is not None,
+    reason="network namespaces per build need root, bubblewrap, pasta (make system-deps) and a default route",
 )
 
 

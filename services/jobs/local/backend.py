@@ -228,20 +228,19 @@ class LocalBackend(Backend):
     def _choose_network(self) -> str | None:
         """Plan.network for every job: a namespace of its own where the sandbox switches
         uids (only root can make one for processes of another uid), else the host's.
-        Without pasta, `outbound` becomes `none` (or, with `jobs.sandbox: required`, the
-        service refuses to start): isolation is never traded for outbound traffic."""
+        Where pasta cannot run, `outbound` becomes `none` (or, with `jobs.sandbox:
+        required`, the service refuses to start): isolation is never traded for outbound
+        traffic."""
         jobs = self._config.jobs
         if not self._sandbox.switches_uid:
             if self._sandbox.enabled:
                 log.warning("jobs_share_host_network", detail="not root: jobs share this machine's network")
             return None
-        if jobs.network == "outbound" and netns.pasta_path() is None:
+        reason = netns.no_outbound_reason() if jobs.network == "outbound" else None
+        if reason is not None:
             if jobs.sandbox == "required":
-                raise RuntimeError(
-                    "jobs.network is 'outbound' and jobs.sandbox 'required', but pasta is missing "
-                    "(Debian: apt-get install passt)"
-                )
-            log.warning("jobs_no_outbound_network", detail="pasta is missing (Debian: apt-get install passt)")
+                raise RuntimeError(f"jobs.network is 'outbound' and jobs.sandbox 'required', but {reason}")
+            log.warning("jobs_no_outbound_network", detail=reason)
             return "none"
         return jobs.network
 
