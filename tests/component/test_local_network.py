@@ -1,8 +1,9 @@
 """Local jobs' networks: each job its own loopback, outbound only through pasta, never the host's loopback.
 
 Real jobs through the real local backend and bubblewrap, as root. The host side stands
-for what a job must not reach: a listener on the host's 127.0.0.1 (a platform service's
-internal port), a host abstract unix socket, and bob's job listening on its loopback.
+for what a job must not reach: the platform's gateway and a listener on the host's
+127.0.0.1 (a service's internal port), a host abstract unix socket, and bob's job
+listening on its loopback.
 Each listener's accept queue says afterwards whether anything reached it, whatever the
 job itself saw.
 """
@@ -91,8 +92,9 @@ def listed(path, needle):
 env = os.environ
 pserver = env["PADDLE_PSERVERS_IP_PORT_LIST"].split(",")[0].rsplit(":", 1)
 attempt("reach_own_pserver", lambda: connect(*pserver))
-attempt("reach_bob_job", lambda: connect("127.0.0.1", env["BOB_PORT"]))
-attempt("reach_host_service", lambda: connect("127.0.0.1", env["HOST_PORT"]))
+attempt("reach_bob_job", lambda: touch("127.0.0.1", env["BOB_PORT"]))
+attempt("reach_host_service", lambda: touch("127.0.0.1", env["HOST_PORT"]))
+attempt("reach_gateway", lambda: touch("127.0.0.1", env["GATEWAY_PORT"]))
 attempt("reach_host_through_gateway", lambda: touch(env["GATEWAY"], env["HOST_PORT"]))
 attempt("reach_host_abstract_socket", lambda: connect_abstract(env["ABSTRACT"]))
 attempt("see_host_port", lambda: listed("/proc/net/tcp", ":%04X " % int(env["HOST_PORT"])))
@@ -105,6 +107,7 @@ print("RESULTS " + json.dumps(outcome), flush=True)
 SHOULD_FAIL = [
     "reach_bob_job",
     "reach_host_service",
+    "reach_gateway",
     "reach_host_abstract_socket",
     "see_host_port",
     "see_host_abstract_socket",
@@ -168,6 +171,7 @@ async def run_probes(jobs: Jobs, host_side: dict[str, Any], bob_port: int | None
     env = {
         "BOB_PORT": str(bob_port or 9),
         "HOST_PORT": str(host_side["loopback"].sock.getsockname()[1]),
+        "GATEWAY_PORT": str(jobs.client.port),  # the platform's gateway, on the host's loopback
         "GATEWAY": OUTBOUND_GATEWAY,
         "ABSTRACT": host_side["abstract_name"],
         "OUTSIDE": "" if outside is None else "{}:{}".format(*outside.sock.getsockname()),
