@@ -163,9 +163,9 @@ class LocalBuildBackend(BuildBackend):
         self._sandbox_mode = section.sandbox
         self._sandbox = sandboxes.Sandbox(None, None, os.geteuid() == 0)
         # The host loopback ports of the package index and find-links pages, the only ones
-        # a build's network namespace reaches (forwarded by pasta); None: the host's network.
+        # a build's network namespace reaches (forwarded by pasta).
         self._index_ports = loopback_ports((section.index_url or "", *section.find_links))
-        self._network: list[str] | None = None
+        self._network: list[str] | None = None  # the command pip runs under; None: the host's network
         self._uid = section.sandbox_uid
         version = sys.version_info
         self._site_packages = Path("lib") / f"python{version.major}.{version.minor}" / "site-packages"
