@@ -32,7 +32,9 @@ the system and the platform's Python read-only, its own environment and run dire
 (requirements, TMPDIR, a pip cache of its own) read-write, and the local wheel
 directories it was told about read-only: nothing else of the machine, no other build,
 no published environment. Once pip succeeded the environment is given back to root, so
-no later build or job can change what was published.
+no later build or job can change what was published. As root, pip also runs in a network
+namespace of its own (services/common/netns.py): outbound through pasta, and of the
+host's loopback only the package index's ports.
 
 Processes. Every command runs in its own process group, started through a few lines
 that ask the kernel to SIGKILL it should the service die (PR_SET_PDEATHSIG), so pip
@@ -45,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import ipaddress
 import json
 import os
 import platform
@@ -53,13 +56,14 @@ import site
 import stat
 import sys
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 import structlog
 
-from paddlecloud.common import beneath, trees
+from paddlecloud.common import beneath, netns, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
@@ -160,6 +164,10 @@ class LocalBuildBackend(BuildBackend):
         ]
         self._sandbox_mode = section.sandbox
         self._sandbox = sandboxes.Sandbox(None, None, os.geteuid() == 0)
+        # The host loopback ports of the package index and find-links pages, the only ones
+        # a build's network namespace reaches (forwarded by pasta).
+        self._index_ports = loopback_ports((section.index_url or "", *section.find_links))
+        self._network: list[str] | None = None  # the command pip runs under; None: the host's network
         self._uid = section.sandbox_uid
         version = sys.version_info
         self._site_packages = Path("lib") / f"python{version.major}.{version.minor}" / "site-packages"
@@ -196,13 +204,31 @@ class LocalBuildBackend(BuildBackend):
             raise RuntimeError(f"builder.sandbox is 'required': {exc}") from None
         if not self._sandbox.enabled:
             log.warning("builds_not_sandboxed", detail="pip runs as this service's user: install bubblewrap")
+        self._network = self._network_wrapper()
         log.info(
             "local_builder_ready",
             work_dir=str(self._root),
             python=self._python,
             index=self._index_args,
             sandbox=self._sandbox.describe(),
+            network="own namespace, outbound through pasta" if self._network else "host",
         )
+
+    def _network_wrapper(self) -> list[str] | None:
+        """The command that runs pip in a network namespace of its own, outbound through
+        pasta with only the index's loopback ports forwarded; None where builds share the
+        host's network (not root, no sandbox, or pasta cannot run and `builder.sandbox:
+        auto`)."""
+        if not self._sandbox.switches_uid:
+            return None
+        reason = netns.no_outbound_reason()
+        if reason is not None:
+            if self._sandbox_mode == "required":
+                raise RuntimeError(f"builder.sandbox is 'required', but {reason}")
+            log.warning("builds_share_host_network", detail=reason)
+            return None
+        forwards = [arg for port in self._index_ports for arg in ("--forward-tcp", str(port))]
+        return [self._python, "-m", netns.__name__, "--outbound", *forwards, "--"]
 
     # -- keys and lookups ------------------------------------------------------------
 
@@ -289,6 +315,10 @@ class LocalBuildBackend(BuildBackend):
                 if self._sandbox.enabled:
                     await asyncio.to_thread(self._hand_over, env, run, self._build_uid)
                     command = self._sandbox.wrap(self._view(env, run), pip)
+                    if self._network is not None:
+                        # The wrapper hands bwrap's descriptors on to it, at the same numbers.
+                        keep = [arg for fd in command.fds for arg in ("--keep-fd", str(fd))]
+                        command = Command([*self._network[:-1], *keep, "--", *command.argv], command.fds)
                 try:
                     await self._step(out, "pip install", command.argv, run, deadline, command.fds)
                 finally:
@@ -406,7 +436,8 @@ class LocalBuildBackend(BuildBackend):
             _kill_group(proc.pid)  # whatever the command left behind in its group
         if code == 0:
             return
-        if code > 128 and self._sandbox.enabled and argv[0] == self._sandbox.bwrap:
+        boxed = argv[0] == self._sandbox.bwrap or argv[1:3] == ["-m", netns.__name__]
+        if code > 128 and self._sandbox.enabled and boxed:
             code = 128 - code  # bwrap reports its program's death by signal N as 128 + N
         errors = _error_lines(Path(out.name), start_offset)
         if code < 0:
@@ -544,6 +575,25 @@ class LocalBuildBackend(BuildBackend):
         self, log_id: str, query: LogQuery, finished: Callable[[], Awaitable[bool]]
     ) -> AsyncGenerator[list[LogLine], None]:
         return self._log_files.read(log_id, query, finished)
+
+
+def loopback_ports(urls: Iterable[str]) -> list[int]:
+    """The ports of the http(s) URLs among `urls` whose host is this machine's IPv4
+    loopback (pasta runs IPv4 only, and forwards to the host's 127.0.0.1)."""
+    ports: set[int] = set()
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or parts.hostname is None:
+            continue
+        try:
+            address = ipaddress.ip_address("127.0.0.1" if parts.hostname == "localhost" else parts.hostname)
+            loopback = address.version == 4 and address.is_loopback
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:  # a name (not an address), or a bad port: not this machine's loopback
+            continue
+        if loopback:
+            ports.add(port)
+    return sorted(ports)
 
 
 def _kill_group(pgid: int) -> None:

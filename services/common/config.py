@@ -240,6 +240,10 @@ class JobsSection(ServiceSection):
     sandbox: Literal["auto", "required", "off"] = "auto"
     sandbox_uid_base: int = Field(200_000, ge=1000)
     sandbox_uid_count: int = Field(100_000, gt=0)
+    # Sandboxed local jobs get a network namespace each (services/common/netns.py):
+    # "outbound" reaches other hosts through pasta, never the host's loopback; "none":
+    # the job's own loopback only.
+    network: Literal["none", "outbound"] = "outbound"
     # cpu, memory and pids limits per worker with cgroups (v2 or v1): "auto" where this
     # service may make groups, "required" refuses to start otherwise, "off": advisory.
     limits: Literal["auto", "required", "off"] = "auto"

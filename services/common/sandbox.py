@@ -14,7 +14,10 @@ system can raise it again). What it sees is only what a `View` lists:
 - a fresh `/proc` of its own PID namespace (no host process is visible), a minimal
   `/dev`, a private `/dev/shm`.
 
-The network namespace is the host's: a job's workers reach each other on loopback.
+The network namespace is not made here: as root, a job's supervisor moves itself into a
+namespace of its own before its first worker, so that the workers share it, and a build's
+pip runs in one of its own (services/common/netns.py); bwrap keeps the one it is started
+in. Unsandboxed, and where the service is not root, processes share the host's network.
 
 Inside, a seccomp filter (services/common/seccomp.py, Docker's default set) refuses the
 system calls that reach machine-wide kernel state or make namespaces (no nested user

@@ -49,6 +49,7 @@ def test_unknown_env_key_is_named() -> None:
         ("log:\n  format: xml\n", "log.format"),
         ("jobs:\n  package_max_bytes: lots\n", "jobs.package_max_bytes"),
         ("jobs:\n  log_max_bytes: 64Ki\n", "jobs.log_max_bytes"),
+        ("jobs:\n  network: host\n", "jobs.network"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:

@@ -203,7 +203,7 @@ def test_without_parameter_servers() -> None:
 
 
 def test_round_trips_through_json() -> None:
-    plan = make_plan(grace_seconds=2.5, port_timeout_seconds=7, restart_delay_seconds=0.25)
+    plan = make_plan(grace_seconds=2.5, port_timeout_seconds=7, restart_delay_seconds=0.25, network="none")
     again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again == plan
     assert again.to_dict() == plan.to_dict()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from paddlecloud.builder.local import loopback_ports
 from paddlecloud.common.cgroups import Hierarchy, Limits
 from paddlecloud.common.sandbox import Bind, Command, Sandbox, View, bwrap_args
 from paddlecloud.common.seccomp import filter_program
@@ -196,3 +197,18 @@ def test_uids_are_one_per_user_stable_and_never_shared(tmp_path: Path) -> None:
     assert results == [200002, 200002]
     with pytest.raises(UidsExhausted):
         UidMap(path, 200000, 3).uid_for("dave")
+
+
+def test_only_the_package_sources_on_the_loopback_are_forwarded_into_a_build() -> None:
+    sources = [
+        "http://127.0.0.1:8765/simple/",
+        "https://localhost/wheels/",
+        "http://[::1]:9000/",
+        "http://127.0.0.2:8765/again/",
+        "https://pypi.org/simple/",
+        "http://10.0.0.5:3141/root/pypi/",
+        "/srv/wheels",
+        "file:///srv/wheels",
+        "",
+    ]
+    assert loopback_ports(sources) == [443, 8765]

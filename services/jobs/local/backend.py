@@ -16,6 +16,8 @@ user's own (`uids.py`), seeing the system and its Python read-only, its package,
 user's PFS home read-write at `/pfs/<dc>/home/<user>` and `/pfs/<dc>/public` read-only,
 and nothing else of the machine: a program that reads `/pfs/<dc>/home/<user>/...` runs
 unchanged. The user's home is given to that uid (the pfs service keeps new files so).
+As root, each job also gets a network namespace of its own, which its supervisor makes
+(`Plan.network`, `jobs.network`; services/common/netns.py).
 With cgroups (`jobs.limits: auto`), each worker's memory, cpu and pids are limited
 (`cgroups.py`). GPUs are handed out by `gpus.py`. Without a sandbox (`jobs.sandbox: off`,
 or no bwrap) jobs run as the service's user and get the real directories in
@@ -41,7 +43,7 @@ from typing import Any
 
 import structlog
 
-from paddlecloud.common import cgroups, trees
+from paddlecloud.common import cgroups, netns, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
@@ -177,6 +179,7 @@ class LocalBackend(Backend):
         self._work_dir = config.jobs.work_dir.expanduser().absolute()
         self._log_poll = config.jobs.log_poll_seconds
         self._sandbox = sandboxes.Sandbox(None, None, os.geteuid() == 0)
+        self._network: str | None = None  # Plan.network: None, the host's
         self._hierarchy: cgroups.Hierarchy | None = None
         self._uids = UidMap(
             self._work_dir / "uids.json", config.jobs.sandbox_uid_base, config.jobs.sandbox_uid_count
@@ -204,6 +207,7 @@ class LocalBackend(Backend):
             self._sandbox = sandboxes.detect(jobs.sandbox, "jobs")
         except sandboxes.SandboxUnavailable as exc:
             raise RuntimeError(f"jobs.sandbox is 'required': {exc}") from None
+        self._network = self._choose_network()
         if jobs.limits != "off":
             self._hierarchy = await asyncio.to_thread(cgroups.detect)
             if self._hierarchy is None and jobs.limits == "required":
@@ -225,9 +229,29 @@ class LocalBackend(Backend):
             "local_backend_ready",
             work_dir=str(self._work_dir),
             sandbox=self._sandbox.describe(),
+            network=self._network or "host",
             limits=self._hierarchy.describe() if self._hierarchy else "advisory",
             gpus=self._gpus.devices,
         )
+
+    def _choose_network(self) -> str | None:
+        """Plan.network for every job: a namespace of its own where the sandbox switches
+        uids (only root can make one for processes of another uid), else the host's.
+        Where pasta cannot run, `outbound` becomes `none` (or, with `jobs.sandbox:
+        required`, the service refuses to start): isolation is never traded for outbound
+        traffic."""
+        jobs = self._config.jobs
+        if not self._sandbox.switches_uid:
+            if self._sandbox.enabled:
+                log.warning("jobs_share_host_network", detail="not root: jobs share this machine's network")
+            return None
+        reason = netns.no_outbound_reason() if jobs.network == "outbound" else None
+        if reason is not None:
+            if jobs.sandbox == "required":
+                raise RuntimeError(f"jobs.network is 'outbound' and jobs.sandbox 'required', but {reason}")
+            log.warning("jobs_no_outbound_network", detail=reason)
+            return "none"
+        return jobs.network
 
     async def close(self) -> None:
         # Only the zygote and the socket: the supervisors keep running.
@@ -466,6 +490,7 @@ class LocalBackend(Backend):
             # The job's cap, shared equally: each worker keeps the newest of its own output.
             log_max_bytes=max(self._config.jobs.log_max_bytes // len(spec_workers), MIN_LOG_BYTES),
             scratch_max_bytes=self._config.jobs.scratch_max_bytes,
+            network=self._network,
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:

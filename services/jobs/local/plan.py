@@ -5,7 +5,9 @@
 
 How the runtime contract (DESIGN §4) maps onto one machine:
 
-- Every host is `host` (127.0.0.1); parameter servers differ by port. The fleet-style
+- Every host is `host` (127.0.0.1); parameter servers differ by port. A sandboxed job's
+  127.0.0.1 is its own namespace's loopback (`Plan.network`), shared by its workers and
+  its supervisor alone, so the endpoints below mean the same inside it. The fleet-style
   `PADDLE_PSERVERS_IP_PORT_LIST` (`127.0.0.1:p0,127.0.0.1:p1`) is the reliable endpoint
   list here.
 - Paddle v1/v2 names a list of hosts sharing one port. A v1 *trainer* therefore sees
@@ -178,6 +180,10 @@ class Plan:
     # The most the job may add to its package and working directories while it runs
     # (the supervisor checks every DISK_CHECK_SECONDS); None: no bound.
     scratch_max_bytes: int | None = None
+    # The job's network namespace (services/common/netns.py), which the supervisor enters
+    # before it starts a worker: "none" (its own loopback only), "outbound" (and other
+    # hosts through pasta), or None: the host's network (unsandboxed jobs).
+    network: str | None = None
 
     @property
     def pservers(self) -> tuple[Worker, ...]:
@@ -201,6 +207,7 @@ class Plan:
             "notify": self.notify,
             "log_max_bytes": self.log_max_bytes,
             "scratch_max_bytes": self.scratch_max_bytes,
+            "network": self.network,
         }
 
     @classmethod
@@ -218,6 +225,7 @@ class Plan:
             notify=None if data.get("notify") is None else str(data["notify"]),
             log_max_bytes=_opt_int(data.get("log_max_bytes")),
             scratch_max_bytes=_opt_int(data.get("scratch_max_bytes")),
+            network=None if data.get("network") is None else str(data["network"]),
         )
 
 
@@ -253,6 +261,7 @@ def build_plan(
     notify: str | None = None,
     log_max_bytes: int | None = None,
     scratch_max_bytes: int | None = None,
+    network: str | None = None,
 ) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
@@ -346,4 +355,5 @@ def build_plan(
         notify=notify,
         log_max_bytes=log_max_bytes,
         scratch_max_bytes=scratch_max_bytes,
+        network=network,
     )

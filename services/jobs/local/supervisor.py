@@ -51,7 +51,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from paddlecloud.common import beneath, sandbox, trees
+from paddlecloud.common import beneath, netns, sandbox, trees
 from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
 from paddlecloud.common.diskuse import allocated_beneath
 from paddlecloud.common.quantity import format_bytes, readable_bytes
@@ -201,8 +201,15 @@ def _bind_holding(path: str, binds: Iterable[Bind]) -> Path | None:
 class JobSupervisor:
     """Runs one job's plan to a final state; `run()` returns that state."""
 
-    def __init__(self, job_dir: Path, plan: Plan, first_groups: dict[str, list[Path]] | None = None) -> None:
+    def __init__(
+        self,
+        job_dir: Path,
+        plan: Plan,
+        first_groups: dict[str, list[Path]] | None = None,
+        warnings: Iterable[tuple[str, str]] = (),
+    ) -> None:
         self._job_dir = job_dir
+        self._warnings = list(warnings)  # (reason, message): Warning events at the start
         self._plan = plan
         self._logs = job_dir / "logs"
         self._state = JobState.RUNNING
@@ -240,6 +247,8 @@ class JobSupervisor:
             loop.add_signal_handler(sig, stop.set)
         self._logs.mkdir(parents=True, exist_ok=True)
         self._event("Normal", "JobRunning", f"supervisor {os.getpid()} started the job")
+        for reason, message in self._warnings:
+            self._event("Warning", reason, message)
         self._write_state()
         job = asyncio.create_task(self._run_job(), name="local-job")
         stopping = asyncio.create_task(stop.wait(), name="local-job-stop-signal")
@@ -826,8 +835,30 @@ def run_job_dir(job_dir: Path, ready: _Ready | None = None, base: str | Path | N
             if ready is not None:
                 ready.remove()
             return _refuse(job_dir, str(exc))
+    # The job's own network namespace, entered before any worker (or the event loop's
+    # threads) exists: every worker inherits it, and the supervisor's own probe of the
+    # parameter servers' ports looks at the loopback the workers share.
+    pasta, warnings = None, []
+    if plan.network is not None:
+        try:
+            host = netns.isolate()
+        except (netns.NetworkUnavailable, OSError) as exc:
+            if ready is not None:
+                ready.remove()
+            return _refuse(job_dir, f"cannot make the job's network: {exc}")
+        try:
+            if plan.network == "outbound":
+                pasta = netns.outbound(host)
+        except (netns.NetworkUnavailable, OSError) as exc:
+            # The job runs, isolated, without outbound traffic: never on the host's network.
+            warnings.append(("NoOutboundNetwork", f"the job has no outbound network: {exc}"))
+        finally:
+            os.close(host)
     first_groups = ready.groups if ready is not None else None
-    state = asyncio.run(JobSupervisor(job_dir, plan, first_groups).run())
+    try:
+        state = asyncio.run(JobSupervisor(job_dir, plan, first_groups, warnings).run())
+    finally:
+        netns.stop(pasta)
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
 
