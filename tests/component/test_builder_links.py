@@ -59,10 +59,13 @@ def canaries(tmp_path: Path) -> dict[str, Path]:
     return found
 
 
-async def test_symlinks_a_build_plants_at_the_builders_own_files_change_nothing_and_fail_it(
-    builds: Builds, canaries: dict[str, Path], aiohttp_server: Any, tmp_path: Path
-) -> None:
-    before = {name: path.read_bytes() for name, path in canaries.items() if path.exists()}
+@pytest.fixture
+async def evil_url(
+    builder_settings: dict[str, Any], canaries: dict[str, Path], aiohttp_server: Any, tmp_path: Path
+) -> str:
+    """The planting sdist's URL, on a server on the host's loopback that the build may reach:
+    its port is one of the builder's find-links (a build's network namespace reaches the
+    index's ports and no other, docs/security.md), as a lab's own index would be."""
     links = {
         "_paddlecloud_platform.pth": str(canaries["pth"]),
         "paddlecloud-env.json": str(canaries["meta"]),
@@ -73,10 +76,22 @@ async def test_symlinks_a_build_plants_at_the_builders_own_files_change_nothing_
     async def serve(request: web.Request) -> web.Response:
         return web.Response(body=sdist)
 
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="<html><body></body></html>", content_type="text/html")
+
     served = web.Application()
     served.router.add_get("/evilpkg-1.0.tar.gz", serve)
+    served.router.add_get("/links/", page)
     server = await aiohttp_server(served)
-    url = server.make_url("/evilpkg-1.0.tar.gz")
+    builder_settings.update(find_links=[*builder_settings["find_links"], str(server.make_url("/links/"))])
+    return str(server.make_url("/evilpkg-1.0.tar.gz"))
+
+
+async def test_symlinks_a_build_plants_at_the_builders_own_files_change_nothing_and_fail_it(
+    evil_url: str, builds: Builds, canaries: dict[str, Path]
+) -> None:
+    before = {name: path.read_bytes() for name, path in canaries.items() if path.exists()}
+    url = evil_url
 
     build = await builds.wait((await builds.post(f"evilpkg @ {url}\n"))["id"])
 
