@@ -50,3 +50,10 @@ def test_cpu_and_bytes() -> None:
         parse_bytes("500m")
     assert (format_cpu_milli(2000), format_cpu_milli(500)) == ("2", "500m")
     assert (format_bytes(2**30), format_bytes(3 * 2**29), format_bytes(1000)) == ("1Gi", "1536Mi", "1000")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_numbers_that_are_not_finite_are_refused_not_compared(value: float) -> None:
+    # JSON's NaN, Infinity and 1e400 arrive as these floats; NaN compares with nothing.
+    with pytest.raises(QuantityError, match="finite"):
+        parse_quantity(value)
