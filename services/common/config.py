@@ -49,6 +49,13 @@ class ServiceSection(_Section):
     port: int = Field(0, ge=0, le=65535)
     # Largest JSON body a handler parses; streamed bodies enforce their own limits.
     max_json_body: int = Field(1024 * 1024, gt=0)
+    # Slow and idle clients (docs/configuration.md). A connection has header_timeout
+    # seconds, from its start or from the end of its previous answer, to send a whole
+    # request line and headers, or it is closed: idle keep-alive connections included.
+    # A JSON body must arrive whole within body_timeout seconds of its handler asking
+    # for it (408). Streamed bodies (tus PATCH: pfs.upload_read_timeout) bound silences.
+    header_timeout: float = Field(60.0, gt=0, le=3600)
+    body_timeout: float = Field(60.0, gt=0, le=3600)
 
 
 class GatewaySection(ServiceSection):

@@ -63,7 +63,11 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             accounts = Accounts(store, timedelta(seconds=config.gateway.token_ttl_seconds))
             app[ACCOUNTS] = accounts
             await _bootstrap_admin(config, accounts)
-            connector = aiohttp.TCPConnector(limit=config.gateway.pool_size, keepalive_timeout=30)
+            # An idle pooled connection is let go well before a service would close it
+            # (its header_timeout), so a request never starts on one being closed.
+            services = (config.jobs, config.pfs, config.builder)
+            keepalive = min(30.0, *(section.header_timeout / 2 for section in services))
+            connector = aiohttp.TCPConnector(limit=config.gateway.pool_size, keepalive_timeout=keepalive)
             session = aiohttp.ClientSession(
                 connector=connector,
                 auto_decompress=False,
