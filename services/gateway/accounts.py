@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import secrets
 import time
 from collections import OrderedDict
@@ -22,8 +21,6 @@ from paddlecloud.common.store.models import utcnow
 log = structlog.get_logger()
 
 TOKEN_PREFIX = "pc_"  # noqa: S105 - a marker that makes leaked tokens greppable, not a secret
-# User names become PFS home directories and Kubernetes namespace suffixes.
-USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 MIN_PASSWORD_LENGTH = 8
 # Verified sessions are remembered this long, so a busy client costs no store round trip
 # per request. A revocation or user deletion on this gateway takes effect at once; other

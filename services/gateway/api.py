@@ -22,10 +22,11 @@ from paddlecloud.common.quantity import (
     parse_cpu_milli,
 )
 from paddlecloud.common.store import AlreadyExists, Quota, User
+from paddlecloud.common.store.models import USER_NAME
 from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
-from .accounts import MIN_PASSWORD_LENGTH, USER_NAME, LoginFailed, Session
+from .accounts import MIN_PASSWORD_LENGTH, LoginFailed, Session
 from .errors import BAD_CREDENTIALS
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT
 from .openapi import openapi_document
