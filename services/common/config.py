@@ -71,6 +71,15 @@ class GatewaySection(ServiceSection):
     # Pooled connections to each service: as many as the clients it may serve at once
     # (the services' listen backlog is 1024), so a burst waits in no pool.
     pool_size: int = Field(1024, gt=0)
+    # Logins (docs/security.md): after login_failures_per_user failed logins for one user
+    # name, or login_failures_per_address from one client address, within
+    # login_window_seconds, logins for it are refused with 429 until the oldest failure
+    # leaves the window (0 turns a limit off). At most login_max_concurrent_hashes
+    # password hashes (argon2, 64 MiB each) run at once; the rest wait their turn.
+    login_failures_per_user: int = Field(10, ge=0)
+    login_failures_per_address: int = Field(100, ge=0)
+    login_window_seconds: float = Field(300.0, gt=0, le=86400)
+    login_max_concurrent_hashes: int = Field(4, ge=1, le=64)
     admin_username: str = "admin"
     admin_password: SecretStr | None = Field(None, repr=False)
     admin_password_file: Path | None = None

@@ -26,7 +26,7 @@ from paddlecloud.common.store.models import USER_NAME
 from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
-from .accounts import MIN_PASSWORD_LENGTH, LoginFailed, Session
+from .accounts import MIN_PASSWORD_LENGTH, LoginFailed, LoginLimited, Session
 from .errors import BAD_CREDENTIALS
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT
 from .openapi import openapi_document
@@ -176,6 +176,17 @@ async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse
     return await handler(request)
 
 
+def limited_problem(exc: LoginLimited) -> errors.ProblemError:
+    """429 with Retry-After: too many failed logins for the name or from the address."""
+    wait = exc.refusal.retry_after
+    return errors.TOO_MANY_REQUESTS(
+        f"Too many failed logins {exc.refusal.reason}; no login is tried for {wait} seconds "
+        "(Retry-After), whatever the password.",
+        headers={"Retry-After": str(wait)},
+        retry_after=wait,
+    )
+
+
 def require_admin(request: web.Request) -> Identity:
     identity = request[IDENTITY]
     if not identity.admin:
@@ -186,9 +197,13 @@ def require_admin(request: web.Request) -> Identity:
 async def create_token(request: web.Request) -> web.Response:
     body = await parse_body(request, TokenRequest)
     try:
-        token, record, user = await request.app[ACCOUNTS].login(body.username, body.password)
+        token, record, user = await request.app[ACCOUNTS].login(
+            body.username, body.password, request.remote or ""
+        )
     except LoginFailed:
         raise BAD_CREDENTIALS("The user name or the password is wrong.") from None
+    except LoginLimited as exc:
+        raise limited_problem(exc) from None
     return json_response(
         {
             "token": token,
