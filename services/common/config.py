@@ -59,6 +59,13 @@ class ServiceSection(_Section):
     port: int = Field(0, ge=0, le=65535)
     # Largest JSON body a handler parses; streamed bodies enforce their own limits.
     max_json_body: int = Field(1024 * 1024, gt=0)
+    # Slow and idle clients (docs/configuration.md). A connection has header_timeout
+    # seconds, from its start or from the end of its previous answer, to send a whole
+    # request line and headers, or it is closed: idle keep-alive connections included.
+    # A JSON body must arrive whole within body_timeout seconds of its handler asking
+    # for it (408). Streamed bodies (tus PATCH: pfs.upload_read_timeout) bound silences.
+    header_timeout: float = Field(60.0, gt=0, le=3600)
+    body_timeout: float = Field(60.0, gt=0, le=3600)
 
 
 class GatewaySection(ServiceSection):
@@ -74,6 +81,15 @@ class GatewaySection(ServiceSection):
     # Pooled connections to each service: as many as the clients it may serve at once
     # (the services' listen backlog is 1024), so a burst waits in no pool.
     pool_size: int = Field(1024, gt=0)
+    # Logins (docs/security.md): after login_failures_per_user failed logins for one user
+    # name, or login_failures_per_address from one client address, within
+    # login_window_seconds, logins for it are refused with 429 until the oldest failure
+    # leaves the window (0 turns a limit off). At most login_max_concurrent_hashes
+    # password hashes (argon2, 64 MiB each) run at once; the rest wait their turn.
+    login_failures_per_user: int = Field(10, ge=0)
+    login_failures_per_address: int = Field(100, ge=0)
+    login_window_seconds: float = Field(300.0, gt=0, le=86400)
+    login_max_concurrent_hashes: int = Field(4, ge=1, le=64)
     admin_username: str = "admin"
     admin_password: SecretStr | None = Field(None, repr=False)
     admin_password_file: Path | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Context, Decimal, InvalidOperation
 
@@ -35,6 +36,9 @@ def parse_quantity(text: str | int | float) -> Decimal:
     """The value of a quantity as an exact decimal (`1Gi` → 1073741824, `500m` → 0.5)."""
     if isinstance(text, bool):
         raise QuantityError("expected a quantity such as 2, 500m or 1Gi, not a boolean")
+    if isinstance(text, float) and not math.isfinite(text):
+        # JSON's NaN, Infinity and 1e400 arrive as floats that compare with nothing.
+        raise QuantityError(f"must be a finite number, not {text}")
     if isinstance(text, int | float):
         if text < 0:
             raise QuantityError("must not be negative")

@@ -20,6 +20,7 @@ from aiohttp.web_request import BaseRequest
 
 from . import errors
 from .config import Config, ConfigError, load_config
+from .keys import CONFIG, SERVICE_NAME
 from .logging import configure_logging
 
 log = structlog.get_logger()
@@ -45,7 +46,17 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    section = getattr(app[CONFIG], app[SERVICE_NAME])
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+        # aiohttp's keep-alive timer is also its only header timeout: it starts when a
+        # connection opens and again when an answer ends, and closes the connection if no
+        # whole request line and headers arrived by then (nothing sent, half a request
+        # line, unfinished headers: byte by byte or not). Its default is an hour.
+        keepalive_timeout=section.header_timeout,
+    )
     await runner.setup()
     assert runner.server is not None
     runner.server.__class__ = _ProblemServer  # see _ProblemHandler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
@@ -65,6 +66,17 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
         if not response.prepared:
             response.headers[REQUEST_ID_HEADER] = request_id
         return response
+    except ConnectionError:
+        if not client_gone(request):
+            raise
+        # Nothing failed on our side and there is no one to answer: an answer aiohttp
+        # cannot send is dropped quietly (an exception would be logged as a 500).
+        # 499 is nginx's "client closed request", for the access line and metrics.
+        status = CLIENT_CLOSED_REQUEST
+        log.info("client_disconnected")
+        gone = web.Response(status=status)
+        gone.force_close()
+        return gone
     finally:
         elapsed = time.perf_counter() - start
         _observe(request, status, elapsed)
@@ -93,7 +105,15 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except errors.ProblemError as exc:
         if exc.kind.status >= 500:
             log.warning("request_failed", code=exc.kind.code, detail=exc.detail)
-        return errors.problem_response(exc.body(request_id), exc.headers)
+        response = errors.problem_response(exc.body(request_id), exc.headers)
+        if exc.kind is errors.BODY_TIMEOUT:
+            response.force_close()  # the rest of a stalled body is not waited for
+        return response
+    except ConnectionError:
+        if client_gone(request):
+            raise  # the client hung up mid-request: request_id_middleware says so
+        log.exception("unhandled_exception")
+        return errors.problem_response(_internal(request_id))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -111,10 +131,24 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
             detail = "The server's disk is full; nothing was changed. Try again once space is freed."
             return errors.problem_response(errors.STORAGE_FULL(detail).body(request_id))
         log.exception("unhandled_exception")
-        body = errors.INTERNAL(
-            f"Something went wrong on our side. Quote request id {request_id} to the operator."
-        ).body(request_id)
-        return errors.problem_response(body)
+        return errors.problem_response(_internal(request_id))
+
+
+def _internal(request_id: str | None) -> dict[str, Any]:
+    return errors.INTERNAL(
+        f"Something went wrong on our side. Quote request id {request_id} to the operator."
+    ).body(request_id)
+
+
+# The status an access line records for a request whose client hung up before it was
+# answered (nginx's convention); never sent, there is no one to send it to.
+CLIENT_CLOSED_REQUEST = 499
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """Whether the client's connection is closed (it hung up, or reset it)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _out_of_space(exc: BaseException | None) -> bool:
@@ -226,6 +260,7 @@ class _Metrics:
 
 _METRICS = web.AppKey("http_metrics", _Metrics)
 JSON_LIMIT = web.AppKey("json_limit", int)
+BODY_TIMEOUT = web.AppKey("body_timeout", float)
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -283,6 +318,7 @@ def create_base_app(
     app[METRICS_REGISTRY] = registry
     app[_METRICS] = _Metrics(registry)
     app[JSON_LIMIT] = section.max_json_body
+    app[BODY_TIMEOUT] = section.body_timeout
     app[READINESS_CHECKS] = [disk_check(_data_paths(config, service))]
     # Services check the gateway's signature with it; the gateway signs with it.
     app[INTERNAL_SECRET] = config.internal_secret()
@@ -304,11 +340,20 @@ async def read_json(request: web.Request) -> Any:
     # of the body: read until the end, and stop as soon as the body passes the limit.
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.read(limit + 1 - size):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
+    seconds = request.app[BODY_TIMEOUT]
+    try:
+        # One deadline for the whole body: a client that trickles a byte a second holds
+        # a connection and a handler no longer than this.
+        async with asyncio.timeout(seconds):
+            while chunk := await request.content.read(limit + 1 - size):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise errors.PAYLOAD_TOO_LARGE(f"The JSON body may be at most {limit} bytes.")
+    except TimeoutError:
+        raise errors.BODY_TIMEOUT(
+            f"The body did not arrive within {seconds:g} seconds ({size} bytes came); send it whole."
+        ) from None
     raw = b"".join(chunks)
     try:
         return json.loads(raw)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import structlog
 from argon2 import PasswordHasher
@@ -19,11 +20,12 @@ from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.store import AlreadyExists, Quota, Store, Token, User
 from paddlecloud.common.store.models import utcnow
 
+from .logins import LoginLimiter, Refusal
+
 log = structlog.get_logger()
+_T = TypeVar("_T")
 
 TOKEN_PREFIX = "pc_"  # noqa: S105 - a marker that makes leaked tokens greppable, not a secret
-# User names become PFS home directories and Kubernetes namespace suffixes.
-USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 MIN_PASSWORD_LENGTH = 8
 # Verified sessions are remembered this long, so a busy client costs no store round trip
 # per request. A revocation or user deletion on this gateway takes effect at once; other
@@ -34,6 +36,14 @@ SESSION_CACHE_SIZE = 10_000
 
 class LoginFailed(Exception):
     """Wrong user name or password; deliberately does not say which."""
+
+
+class LoginLimited(Exception):
+    """Too many failed logins lately for the name or from the address; nothing was tried."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)
@@ -50,10 +60,24 @@ def hash_token(token: str) -> str:
 class Accounts:
     """Authenticates users and issues, checks and revokes their tokens."""
 
-    def __init__(self, store: Store, token_ttl: timedelta) -> None:
+    def __init__(
+        self,
+        store: Store,
+        token_ttl: timedelta,
+        *,
+        max_concurrent_hashes: int = 4,
+        limiter: LoginLimiter | None = None,
+    ) -> None:
         self._store = store
         self._ttl = token_ttl
+        self._limiter = limiter
         self._hasher = PasswordHasher()
+        # argon2 takes 64 MiB per hash: 40 logins at once took the gateway from 61 to
+        # 445 MB. Past this many, hashes wait their turn, known user or not, so a missing
+        # user and a wrong password still take the same time.
+        self._hash_slots = asyncio.Semaphore(max_concurrent_hashes)
+        self.hashes_running = 0
+        self.hashes_peak = 0
         # Verified against when the user does not exist, so that a missing user and a
         # wrong password take the same time; made on first need, off the event loop.
         self._dummy_hash: str | None = None
@@ -67,20 +91,43 @@ class Accounts:
         self._revocations = 0
 
     async def hash_password(self, password: str) -> str:
-        # argon2 is deliberately slow (tens of ms); keep it off the event loop.
-        return await asyncio.to_thread(self._hasher.hash, password)
+        return await self._hashing(self._hasher.hash, password)
 
     async def _verify(self, password_hash: str, password: str) -> bool:
-        def check() -> bool:
+        def check(password: str) -> bool:
             try:
                 return self._hasher.verify(password_hash, password)
             except (VerificationError, InvalidHashError):
                 return False
 
-        return await asyncio.to_thread(check)
+        return await self._hashing(check, password)
 
-    async def login(self, username: str, password: str) -> tuple[str, Token, User]:
-        """A new token for the user, or LoginFailed."""
+    async def _hashing(self, work: Callable[[str], _T], password: str) -> _T:
+        """`work` on a thread (argon2 is deliberately slow), once a hash slot is free."""
+        async with self._hash_slots:
+            self.hashes_running += 1
+            self.hashes_peak = max(self.hashes_peak, self.hashes_running)
+            try:
+                return await asyncio.to_thread(work, password)
+            finally:
+                self.hashes_running -= 1
+
+    async def login(self, username: str, password: str, address: str = "") -> tuple[str, Token, User]:
+        """A new token for the user; LoginFailed, or LoginLimited if `username` or
+        `address` (the client's) failed too often lately."""
+        if self._limiter is not None:
+            refusal = self._limiter.check(username, address)
+            if refusal is not None:
+                log.info("login_limited", username=username, address=address, reason=refusal.reason)
+                raise LoginLimited(refusal)
+        try:
+            return await self._login(username, password)
+        except LoginFailed:
+            if self._limiter is not None:
+                self._limiter.failed(username, address)
+            raise
+
+    async def _login(self, username: str, password: str) -> tuple[str, Token, User]:
         user = await self._store.get_user(username)
         if user is None and self._dummy_hash is None:
             self._dummy_hash = await self.hash_password(secrets.token_hex(16))
@@ -91,6 +138,8 @@ class Accounts:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         record = Token(token_hash=hash_token(token), user=user.name, expires_at=utcnow() + self._ttl)
         await self._store.add_token(record)
+        if self._limiter is not None:
+            self._limiter.succeeded(user.name)
         log.info("login_succeeded", username=user.name)
         return token, record, user
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import structlog
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from paddlecloud import __version__
 from paddlecloud.common import errors
@@ -22,10 +22,11 @@ from paddlecloud.common.quantity import (
     parse_cpu_milli,
 )
 from paddlecloud.common.store import AlreadyExists, Quota, User
+from paddlecloud.common.store.models import USER_NAME
 from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
-from .accounts import MIN_PASSWORD_LENGTH, USER_NAME, LoginFailed, Session
+from .accounts import MIN_PASSWORD_LENGTH, LoginFailed, LoginLimited, Session
 from .errors import BAD_CREDENTIALS
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT
 from .openapi import openapi_document
@@ -57,27 +58,50 @@ class UserCreate(_Body):
     admin: bool = False
 
 
-class QuotaUpdate(_Body):
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+# The largest quota an admin may set, per field: far past any one platform, and small
+# enough that every sum of them stays exact in the store's 64-bit integers. A larger
+# value is a typo or a probe (10^30 GPUs), refused with the bound.
+MAX_QUOTA_CPU_MILLI = 10**6 * 1000  # a million CPUs
+MAX_QUOTA_GPU = 10**6
+MAX_QUOTA_BYTES = 2**60  # 1Ei, of memory or storage
+MAX_QUOTA_JOBS = 10**6
 
+
+class QuotaUpdate(_Body):
+    # Each field is checked whole by its own validator (`before`): pydantic's lax mode
+    # would read a JSON `true` as 1 and `false` as 0, which is no quota anyone meant.
     cpu: str | int | float | None = None
-    gpu: Annotated[int, Field(ge=0, strict=True)] | None = None
+    gpu: int | None = None
     memory: str | int | None = None
-    jobs: Annotated[int, Field(ge=0, strict=True)] | None = None
+    jobs: int | None = None
     storage: str | int | None = None
 
-    @field_validator("cpu")
+    @field_validator("cpu", mode="before")
     @classmethod
     def _cpu(cls, value: Any) -> Any:
         if value is not None:
-            _check(parse_cpu_milli, value)
+            _check(parse_cpu_milli, value, MAX_QUOTA_CPU_MILLI, "a million CPUs")
         return value
 
-    @field_validator("memory", "storage")
+    @field_validator("memory", "storage", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         if value is not None:
-            _check(parse_bytes, value)
+            if isinstance(value, float):
+                raise ValueError(f"{value!r}: give a whole number of bytes or a string such as '1Gi'")
+            _check(parse_bytes, value, MAX_QUOTA_BYTES, "1Ei")
+        return value
+
+    @field_validator("gpu", "jobs", mode="before")
+    @classmethod
+    def _count(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number, not {type(value).__name__} {str(value)[:40]}")
+        high = MAX_QUOTA_GPU if info.field_name == "gpu" else MAX_QUOTA_JOBS
+        if not 0 <= value <= high:
+            raise ValueError(f"must be a whole number from 0 to {high}, not {str(value)[:40]}")
         return value
 
     def to_quota(self) -> Quota:
@@ -90,11 +114,15 @@ class QuotaUpdate(_Body):
         )
 
 
-def _check(parse: Any, value: Any) -> None:
+def _check(parse: Any, value: Any, high: int, spelled: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError("expected a quantity such as 2, 500m or 1Gi, as a string or a number")
     try:
-        parse(value)
+        amount = parse(value)
     except QuantityError as exc:
         raise ValueError(str(exc)) from exc
+    if amount > high:
+        raise ValueError(f"{str(value)[:40]!r} is more than a quota may be (at most {spelled})")
 
 
 def render_quota(quota: Quota) -> dict[str, Any]:
@@ -148,6 +176,17 @@ async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse
     return await handler(request)
 
 
+def limited_problem(exc: LoginLimited) -> errors.ProblemError:
+    """429 with Retry-After: too many failed logins for the name or from the address."""
+    wait = exc.refusal.retry_after
+    return errors.TOO_MANY_REQUESTS(
+        f"Too many failed logins {exc.refusal.reason}; no login is tried for {wait} seconds "
+        "(Retry-After), whatever the password.",
+        headers={"Retry-After": str(wait)},
+        retry_after=wait,
+    )
+
+
 def require_admin(request: web.Request) -> Identity:
     identity = request[IDENTITY]
     if not identity.admin:
@@ -158,9 +197,13 @@ def require_admin(request: web.Request) -> Identity:
 async def create_token(request: web.Request) -> web.Response:
     body = await parse_body(request, TokenRequest)
     try:
-        token, record, user = await request.app[ACCOUNTS].login(body.username, body.password)
+        token, record, user = await request.app[ACCOUNTS].login(
+            body.username, body.password, request.remote or ""
+        )
     except LoginFailed:
         raise BAD_CREDENTIALS("The user name or the password is wrong.") from None
+    except LoginLimited as exc:
+        raise limited_problem(exc) from None
     return json_response(
         {
             "token": token,

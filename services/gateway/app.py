@@ -21,6 +21,7 @@ from . import api, dashboard
 from .accounts import Accounts
 from .errors import PROBLEMS
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT, UPSTREAM_SESSION
+from .logins import LoginLimiter
 from .proxy import Upstream
 
 log = structlog.get_logger()
@@ -60,10 +61,25 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             store = await stack.enter_async_context(use_store(app, config, given_store))
-            accounts = Accounts(store, timedelta(seconds=config.gateway.token_ttl_seconds))
+            gw = config.gateway
+            limiter = LoginLimiter(
+                per_user=gw.login_failures_per_user,
+                per_address=gw.login_failures_per_address,
+                window_seconds=gw.login_window_seconds,
+            )
+            accounts = Accounts(
+                store,
+                timedelta(seconds=gw.token_ttl_seconds),
+                max_concurrent_hashes=gw.login_max_concurrent_hashes,
+                limiter=limiter,
+            )
             app[ACCOUNTS] = accounts
             await _bootstrap_admin(config, accounts)
-            connector = aiohttp.TCPConnector(limit=config.gateway.pool_size, keepalive_timeout=30)
+            # An idle pooled connection is let go well before a service would close it
+            # (its header_timeout), so a request never starts on one being closed.
+            services = (config.jobs, config.pfs, config.builder)
+            keepalive = min(30.0, *(section.header_timeout / 2 for section in services))
+            connector = aiohttp.TCPConnector(limit=config.gateway.pool_size, keepalive_timeout=keepalive)
             session = aiohttp.ClientSession(
                 connector=connector,
                 auto_decompress=False,
@@ -75,7 +91,6 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             )
             stack.push_async_callback(session.close)
             app[UPSTREAM_SESSION] = session
-            gw = config.gateway
             app[JOBS_CLIENT] = JobsClient(config, session=session, url=gw.jobs_url, timeout=120.0)
             app[PFS_CLIENT] = PfsClient(config, session=session, url=gw.pfs_url, timeout=120.0)
 

@@ -84,6 +84,9 @@ MIN_MEMORY_BYTES = 16 * 2**20
 # What one worker may ask for: far beyond any machine, near enough to catch a typo.
 MAX_WORKER_CPU_MILLI = 10_000 * 1000
 MAX_WORKER_MEMORY_BYTES = 2**50  # 1Pi
+MAX_WORKER_GPUS = 1024
+# Passes of the data: a bound only so that a number nobody means (10^30) is refused.
+MAX_PASSES = 10**6
 # The environment goes to execve with the arguments: Linux allows 2 MiB for both
 # together, and 128 KiB for one string (checked per variable below).
 MAX_ENV_VARS = 1000
@@ -130,11 +133,11 @@ class JobSpec(BaseModel):
     trainers: Annotated[_Count, Field(ge=1, le=MAX_TRAINERS)] = 1
     pservers: Annotated[_Count, Field(ge=0, le=MAX_PSERVERS)] = 0
     cpu: str | int | float = DEFAULT_CPU  # per trainer
-    gpu: Annotated[_Count, Field(ge=0)] = 0  # per trainer
+    gpu: Annotated[_Count, Field(ge=0, le=MAX_WORKER_GPUS)] = 0  # per trainer
     memory: str | int = DEFAULT_MEMORY  # per trainer
     pscpu: str | int | float = DEFAULT_CPU  # per parameter server
     psmemory: str | int = DEFAULT_MEMORY  # per parameter server
-    passes: Annotated[_Count, Field(ge=1)] | None = None
+    passes: Annotated[_Count, Field(ge=1, le=MAX_PASSES)] | None = None
     topology: str | None = None  # the deprecated v1 config, kept for the v1 runtime
     env: dict[str, str] = Field(default_factory=dict)
     datacenter: str | None = None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from paddlecloud.common import errors
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import IDENTITY, REQUEST_ID, STORE
+from paddlecloud.common.store.models import USER_NAME
 from paddlecloud.common.volume import (
     PATH_FORBIDDEN,
     PATH_NOT_FOUND,
@@ -449,6 +450,10 @@ async def retire_home(request: web.Request) -> web.Response:
         raise errors.FORBIDDEN("only an administrator may retire a home")
     name = request.match_info["name"]
     check_name(name, f"user {name[:100]!r}")
+    if not USER_NAME.match(name):
+        # No account could have it, so no home: an answer of 200 would say it was retired.
+        why = f"{name[:100]!r} is not a user name (lowercase letters, digits and '-')"
+        raise errors.BAD_REQUEST(f"name: {why}", errors=[{"field": "name", "message": why}])
     archive = _flag(_query(request, (), ("archive",)), "archive") if "archive" in request.query else True
     uploads = await request.app[UPLOADS].forget_user(name)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -452,6 +452,7 @@ class Uploads:
                 raise MISMATCHED_OFFSET(
                     f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
                 )
+            await _nothing_past_the_end(body, length, record)
             return record
         current = self.staging.part_size(record.id)
         if current is None or (record.length is not None and current == record.length):
@@ -461,6 +462,7 @@ class Uploads:
                 raise MISMATCHED_OFFSET(
                     f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
                 )
+            await _nothing_past_the_end(body, length, record)
             return record
         if new_length is not None:
             await self._declare_length(record, new_length, current)
@@ -893,3 +895,14 @@ class Uploads:
         if touched:
             log.info("uploads_collected", count=touched)
         return touched
+
+
+async def _nothing_past_the_end(body: ByteSource, length: int | None, record: Record) -> None:
+    """Refuse a body sent to a complete upload: its bytes would go past the end (tus:
+    offset + body ≤ Upload-Length), and answering 204 would say they were kept."""
+    if length == 0 or (length is None and not await body()):
+        return  # an empty retry of the last PATCH, whose answer was lost
+    raise UPLOAD_TOO_LARGE(
+        f"Upload {record.id} is complete at {record.length} bytes: the body goes past its end "
+        "(0 bytes left); nothing was written."
+    )

@@ -211,6 +211,41 @@ async def test_quota_quantities_are_checked(gateway: Gateway) -> None:
     assert "Value error" not in body["detail"], body["detail"]
 
 
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (b'{"cpu": NaN}', "cpu", "finite"),
+        (b'{"cpu": Infinity}', "cpu", "finite"),
+        (b'{"cpu": -Infinity}', "cpu", "finite"),
+        (b'{"cpu": 1e400}', "cpu", "finite"),
+        (b'{"storage": false}', "storage", "expected a quantity"),
+        (b'{"storage": true}', "storage", "expected a quantity"),
+        (b'{"memory": true}', "memory", "expected a quantity"),
+        (b'{"cpu": true}', "cpu", "expected a quantity"),
+        (b'{"gpu": true}', "gpu", "whole number"),
+        (b'{"jobs": false}', "jobs", "whole number"),
+        (b'{"gpu": 1000000000000000000000000000000}', "gpu", "from 0 to 1000000"),
+        (b'{"jobs": 10000000}', "jobs", "from 0 to 1000000"),
+        (b'{"storage": "2Ei"}', "storage", "at most 1Ei"),
+        (b'{"cpu": "2000000"}', "cpu", "at most a million CPUs"),
+    ],
+)
+async def test_quota_values_nobody_means_are_422_naming_the_field(
+    gateway: Gateway, body: bytes, field: str, words: str
+) -> None:
+    await gateway.add_user("erin", "erin-password")
+    admin = await gateway.auth()
+    resp = await gateway.client.put(
+        "/api/v1/users/erin/quota", data=body, headers={**admin, "Content-Type": "application/json"}
+    )
+    answer = await problem(resp, 422, "ERR_VALIDATION")
+    assert answer["errors"][0]["field"] == field, answer
+    assert words in answer["errors"][0]["message"], answer
+    users = await (await gateway.client.get("/api/v1/users", headers=admin)).json()
+    erin = next(u for u in users["users"] if u["name"] == "erin")
+    assert erin["quota"][field] is None  # nothing was stored
+
+
 async def test_malformed_json_is_400(gateway: Gateway) -> None:
     resp = await gateway.client.post(
         "/api/v1/auth/token", data=b'{"username": "admin", ', headers={"Content-Type": "application/json"}

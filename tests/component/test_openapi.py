@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from paddlecloud import __version__
@@ -116,3 +119,70 @@ def test_document_lists_exactly_the_builder_services_routes(tmp_path) -> None:
     }
     assert routes == {("post", "/builds"), ("get", "/builds/{id}"), ("get", "/builds/{id}/logs")}
     assert routes == documented
+
+
+def _parameter(document: dict[str, Any], path: str, method: str, name: str) -> dict[str, Any]:
+    item = document["paths"][path]
+    for parameter in [*item.get("parameters", []), *item[method].get("parameters", [])]:
+        if "$ref" in parameter:
+            parameter = document["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        if parameter["name"] == name:
+            return parameter
+    raise KeyError(name)
+
+
+def _body_property(document: dict[str, Any], path: str, name: str) -> dict[str, Any]:
+    body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    prop: dict[str, Any] = body["properties"][name]
+    return prop
+
+
+async def test_what_the_server_refuses_the_document_refuses_too(
+    tmp_path, aiohttp_server, aiohttp_client
+) -> None:
+    """Clients generated from the document (and schemathesis) must not be told an empty
+    path or cursor is fine when the server answers 400 for it."""
+    from test_jobs_api import start_jobs
+
+    document = openapi_document()
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client)
+    refused: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+        ("GET", "pfs/ls", {"params": {"path": ""}}, _parameter(document, "/pfs/ls", "get", "path")),
+        ("GET", "pfs/stat", {"params": {"path": ""}}, _parameter(document, "/pfs/stat", "get", "path")),
+        ("GET", "pfs/files", {"params": {"path": ""}}, _parameter(document, "/pfs/files", "get", "path")),
+        (
+            "POST",
+            "pfs/mkdir",
+            {"json": {"path": ""}},
+            {"schema": _body_property(document, "/pfs/mkdir", "path")},
+        ),
+        (
+            "POST",
+            "pfs/mv",
+            {"json": {"src": "", "dst": "x"}},
+            {"schema": _body_property(document, "/pfs/mv", "src")},
+        ),
+        (
+            "POST",
+            "pfs/mv",
+            {"json": {"src": "x", "dst": ""}},
+            {"schema": _body_property(document, "/pfs/mv", "dst")},
+        ),
+        ("GET", "jobs", {"params": {"cursor": ""}}, _parameter(document, "/jobs", "get", "cursor")),
+    ]
+    for method, endpoint, kwargs, parameter in refused:
+        resp = await jobs.call(method, endpoint, **kwargs)
+        assert 400 <= resp.status < 500, (endpoint, kwargs, resp.status, await resp.text())
+        assert not Draft202012Validator(parameter["schema"]).is_valid(""), (endpoint, parameter)
+    # tus: the header is required, and 1.0.0 is the only value; anything else is a 412.
+    tus = _parameter(document, "/pfs/uploads/{upload_id}", "patch", "Tus-Resumable")
+    assert tus["required"] is True and tus["schema"]["enum"] == ["1.0.0"]
+    for path, method in (
+        ("/pfs/uploads", "post"),
+        *(("/pfs/uploads/{upload_id}", m) for m in ("head", "patch", "delete")),
+    ):
+        assert _parameter(document, path, method, "Tus-Resumable") == tus
+        assert "412" in document["paths"][path][method]["responses"]
+    for wrong in ({}, {"Tus-Resumable": "0.2.2"}):
+        resp = await jobs.call("POST", "pfs/uploads", headers={**wrong, "Upload-Length": "1"})
+        assert resp.status == 412 and resp.headers["Tus-Version"] == "1.0.0", await resp.text()

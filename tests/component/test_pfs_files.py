@@ -13,6 +13,7 @@ from datetime import timedelta
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -741,6 +742,18 @@ async def test_usage_of_others_is_for_admins(pfs: Pfs) -> None:
     await problem(await pfs.get("usage", user="bob"), 403, "ERR_FORBIDDEN")
     await problem(await pfs.get("usage", "admin", user="nobody"), 404, "ERR_NOT_FOUND")
     await problem(await pfs.get("usage", "admin", user="../bob"), 400, "ERR_BAD_PATH")
+
+
+@pytest.mark.parametrize("name", ["..;", "a;b", "Alice", "-bob", "x" * 40, "bob.", "al ice"])
+async def test_retiring_a_home_no_user_could_have_is_400_naming_it(pfs: Pfs, name: str) -> None:
+    pfs.home("alice").mkdir(parents=True, exist_ok=True)
+    (pfs.home("alice") / "keep").write_text("x")
+    resp = await pfs.client.request(
+        "DELETE", f"{API}/homes/{quote(name, safe=';')}", headers=pfs.headers["admin"]
+    )
+    body = await problem(resp, 400)
+    assert "user name" in body["detail"] or "not allowed" in body["detail"], body
+    assert (pfs.home("alice") / "keep").exists()
 
 
 # Who may do what ------------------------------------------------------------------

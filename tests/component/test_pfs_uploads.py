@@ -494,6 +494,24 @@ async def test_a_completed_upload_answers_a_retried_last_patch(platform: Platfor
     await problem(await platform.patch(alice, url, 0, b"abc"), 409, "ERR_MISMATCHED_OFFSET")
 
 
+async def test_bytes_sent_to_a_completed_upload_are_refused_not_dropped(platform: Platform) -> None:
+    alice = await platform.user("alice")
+    url = await platform.new_upload(alice, "/pfs/dc1/home/alice/full.bin", 3)
+    assert (await platform.patch(alice, url, 0, b"abc")).status == 204
+
+    async def chunked() -> AsyncIterator[bytes]:
+        yield b"more"
+
+    for body in (b"def", chunked()):
+        resp = await platform.patch(alice, url, 3, body)
+        answer = await problem(resp, 413, "ERR_UPLOAD_TOO_LARGE")
+        assert "complete at 3 bytes" in answer["detail"], answer
+        assert resp.headers["Tus-Resumable"] == "1.0.0"
+    assert (platform.home("alice") / "full.bin").read_bytes() == b"abc"
+    # An empty retry of the last PATCH is still answered as before.
+    assert (await platform.patch(alice, url, 3, b"")).status == 204
+
+
 # Checksums and limits -----------------------------------------------------------
 
 

@@ -70,3 +70,39 @@ async def test_bodies_past_the_limits_are_refused_saying_which_limit(jobs: Jobs)
     )
     listed = await (await jobs.call("GET", "jobs", params={"all": "1"})).json()
     assert listed["jobs"] == []
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
+@pytest.mark.parametrize("field", ["cpu", "pscpu"])
+async def test_numbers_json_cannot_compare_are_422_naming_the_field(
+    jobs: Jobs, field: str, number: bytes
+) -> None:
+    package = jobs.package({"train.py": "print(1)\n"})
+    body = b'{"name": "j", "package": "%s", "%s": %s}' % (package.encode(), field.encode(), number)
+    status, answer = await post(jobs, body)
+    assert status == 422, answer
+    assert answer["errors"][0]["field"] == field, answer
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("gpu", True, "valid integer"),
+        ("trainers", False, "valid integer"),
+        ("pservers", True, "valid integer"),
+        ("passes", True, "valid integer"),
+        ("max_restarts", True, "valid integer"),
+        ("cpu", True, "expected a quantity"),
+        ("memory", False, "expected a quantity"),
+        ("gpu", 10**30, "less than or equal to 1024"),
+        ("passes", 10**30, "less than or equal to 1000000"),
+    ],
+)
+async def test_booleans_and_absurd_counts_in_a_spec_are_422(
+    jobs: Jobs, field: str, value: Any, words: str
+) -> None:
+    package = jobs.package({"train.py": "print(1)\n"})
+    status, answer = await post(jobs, json.dumps({"name": "j", "package": package, field: value}).encode())
+    assert status == 422, answer
+    assert answer["errors"][0]["field"] == field, answer
+    assert words in answer["errors"][0]["message"], answer

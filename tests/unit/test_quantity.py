@@ -58,3 +58,10 @@ def test_cpu_and_bytes() -> None:
 )
 def test_readable_bytes(size: int, text: str) -> None:
     assert readable_bytes(size) == text
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_numbers_that_are_not_finite_are_refused_not_compared(value: float) -> None:
+    # JSON's NaN, Infinity and 1e400 arrive as these floats; NaN compares with nothing.
+    with pytest.raises(QuantityError, match="finite"):
+        parse_quantity(value)

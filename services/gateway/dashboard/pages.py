@@ -17,7 +17,7 @@ from paddlecloud.common import errors
 from paddlecloud.common.keys import CONFIG
 
 from .. import session as browser
-from ..accounts import LoginFailed, Session
+from ..accounts import LoginFailed, LoginLimited, Session
 from ..errors import CSRF_REFUSED
 from ..keys import ACCOUNTS
 
@@ -273,9 +273,17 @@ async def login(request: web.Request) -> web.Response:
     csrf, new = browser.login_csrf(request)
     try:
         browser.check_login_csrf(request, sent_csrf)
-        token, _record, _user = await request.app[ACCOUNTS].login(username, str(form.get("password", "")))
+        token, _record, _user = await request.app[ACCOUNTS].login(
+            username, str(form.get("password", "")), request.remote or ""
+        )
     except errors.ProblemError as exc:
         return _login_failed(request, csrf, new, next_url, exc.detail, 403, username)
+    except LoginLimited as exc:
+        wait = exc.refusal.retry_after
+        message = f"Too many failed sign-ins {exc.refusal.reason}. Try again in {wait} seconds."
+        page = _login_failed(request, csrf, new, next_url, message, 429, username)
+        page.headers["Retry-After"] = str(wait)
+        return page
     except LoginFailed:
         return _login_failed(
             request, csrf, new, next_url, "The user name or the password is wrong.", 401, username
