@@ -209,10 +209,18 @@ class BuilderClient(ServiceClient):
         return await self._call(identity, "GET", f"/api/v1/builds/{quote(build_id, safe='')}")
 
     async def logs(
-        self, identity: Identity, build_id: str, *, follow: bool = False, cursor: str | None = None
+        self,
+        identity: Identity,
+        build_id: str,
+        *,
+        follow: bool = False,
+        cursor: str | None = None,
+        tail: int | None = None,
     ) -> AsyncIterator[dict[str, str]]:
-        """`GET /api/v1/builds/{id}/logs` as NDJSON: `{line, cursor}` per line."""
+        """`GET /api/v1/builds/{id}/logs` as NDJSON: `{line, cursor}` per line; `tail`: the last N only."""
         path = f"/api/v1/builds/{quote(build_id, safe='')}/logs?follow={int(follow)}"
+        if tail is not None:
+            path += f"&tail={tail}"
         if cursor is not None:
             path += f"&cursor={quote(cursor, safe='')}"
         headers = {"Accept": NDJSON, **self._headers(identity, "GET", path)}
