@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
 import pytest
 
 from paddlecloud.common.cgroups import Hierarchy, Limits
-from paddlecloud.common.sandbox import Bind, Sandbox, View, bwrap_args
+from paddlecloud.common.sandbox import HOSTNAME, Bind, Sandbox, View, bwrap_args
 from paddlecloud.jobs.local.gpus import GpuPool
 from paddlecloud.jobs.local.uids import UidMap, UidsExhausted
 
@@ -174,3 +175,21 @@ def test_uids_are_one_per_user_stable_and_never_shared(tmp_path: Path) -> None:
     assert results == [200002, 200002]
     with pytest.raises(UidsExhausted):
         UidMap(path, 200000, 3).uid_for("dave")
+
+
+def test_the_sandboxs_host_name_is_bound_over_the_hosts_etc_hosts() -> None:
+    view = View(uid=1, gid=1, cwd="/job/work")
+    command = Sandbox("/usr/bin/bwrap", None, root=False).wrap(view, ["true"])
+    read_only = pairs(command, "--ro-bind")
+    (hosts,) = [source for source, target in read_only if target == "/etc/hosts"]
+    # After /etc itself, or the host's file would cover it again.
+    assert read_only.index(("/etc", "/etc")) < read_only.index((hosts, "/etc/hosts"))
+    lines = Path(hosts).read_text().splitlines()
+    assert lines[-2:] == [f"127.0.0.1\t{HOSTNAME}", f"::1\t{HOSTNAME}"]
+    assert lines[:-2] == Path("/etc/hosts").read_text().splitlines()
+    assert ["--hostname", HOSTNAME] == command[command.index("--hostname") :][:2]
+    # Owned by this uid, not writable by others, in a directory no one else can enter.
+    for path in (hosts, str(Path(hosts).parent)):
+        info = os.lstat(path)
+        assert info.st_uid == os.geteuid() and not info.st_mode & 0o022, path
+    assert not os.lstat(Path(hosts).parent).st_mode & 0o077

@@ -710,6 +710,7 @@ def zygote(warm: Path | None = None) -> int:
     # Worked out once here rather than in every copy (each the same for all jobs).
     sandbox.system_binds()
     sandbox.python_paths()
+    sandbox.hosts_text()
     # What is imported by now is shared with every fork: kept out of the collector's
     # sweeps, so that they do not touch (and copy) every page of it in each copy.
     gc.freeze()
