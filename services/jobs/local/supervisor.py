@@ -56,7 +56,7 @@ from paddlecloud.common.cgroups import CGROUP_ROOT, Hierarchy, Limits
 from paddlecloud.common.quantity import format_bytes
 from paddlecloud.common.sandbox import Bind, View
 
-from ..exits import describe_exit, exit_status
+from ..exits import WORKER_STOPPED, describe_exit, exit_status
 from .launch import fork_launcher
 from .plan import Plan, Role, Worker
 
@@ -83,9 +83,10 @@ class WorkerState(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     KILLED = "KILLED"
+    STOPPED = WORKER_STOPPED  # a parameter server stopped once every trainer exited 0
 
 
-_FINAL_WORKER_STATES = {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.KILLED}
+_FINAL_WORKER_STATES = {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.KILLED, WorkerState.STOPPED}
 
 
 def _now() -> str:
@@ -274,7 +275,7 @@ class JobSupervisor:
                     if task not in trainers or failure is not None:
                         return JobState.FAILED, failure or f"{tasks[task].name} stopped"
                     trainers.discard(task)
-            stopped_as = WorkerState.SUCCEEDED
+            stopped_as = WorkerState.STOPPED
             return JobState.SUCCEEDED, "every trainer exited 0"
         finally:
             self._stopped_as = stopped_as
@@ -340,6 +341,10 @@ class JobSupervisor:
                 await asyncio.sleep(self._restart_delay(status.restarts))
         except asyncio.CancelledError:
             if status.state not in _FINAL_WORKER_STATES:
+                if self._stopped_as is WorkerState.STOPPED:
+                    code = "" if status.exit_code is None else f" (it exited with {status.exit_code})"
+                    message = f"{worker.name} stopped by the platform: every trainer exited 0{code}"
+                    self._event("Normal", "WorkerStopped", message)
                 self._update(status, self._stopped_as)
             raise
 
@@ -361,6 +366,8 @@ class JobSupervisor:
             return await proc.wait(), None
         finally:
             await self._stop_process(worker, proc)
+            if proc.returncode is not None:  # also when stopped: how it ended is shown
+                status.exit_code = exit_status(proc.returncode)
             self._oom[worker.name] = self._out_of_memory(worker)
             if self._hierarchy is not None:
                 self._hierarchy.remove(self._cgroup_of(worker))
