@@ -926,6 +926,49 @@ def test_a_users_collective_settings_win_on_both_backends() -> None:
         assert {k: kube[k] for k in chosen} == {k: local[k] for k in chosen} == chosen, (role, index)
 
 
+# The two real Paddle examples (examples/paddle_collective, examples/paddle_ps), as
+# `paddlecloud submit` sends them; tests/e2e/test_paddle_examples.py runs them locally.
+PADDLE_JOBS = {
+    "collective-cpu": {"name": "paddle-collective", "trainers": 2, "pservers": 0},
+    "collective-gpu": {"name": "paddle-collective", "trainers": 2, "pservers": 0, "gpu": 1},
+    "ps": {"name": "paddle-ps", "trainers": 2, "pservers": 2},
+}
+
+
+@pytest.mark.parametrize("example", sorted(PADDLE_JOBS))
+def test_the_paddle_examples_dry_run_manifests_carry_what_paddle_reads(example: str) -> None:
+    fields = PADDLE_JOBS[example]
+    plan = make_plan(**fields)
+    objects = manifests.all_objects(plan)  # what `submit --dry-run` shows
+    for obj in objects:
+        validate(obj)
+    local = local_envs(plan)
+    gpu = bool(fields.get("gpu"))
+    name = str(fields["name"])
+    for (role, index), expected in local.items():
+        kube = worker_env(plan, role, index)
+        devices = set(DEVICE_ENV) if role == "trainer" and gpu else set()
+        assert kube.keys() == expected.keys() - devices, (role, index)
+        for key in kube.keys() - OTHER_KEYS - HOST_KEYS:
+            assert kube[key] == expected[key], (role, index, key)
+        # What Paddle's collective mode and fleet read (docs/paddle.md).
+        assert kube["PADDLE_DISTRI_BACKEND"] == ("nccl" if gpu else "gloo")
+        assert kube["GLOO_SOCKET_IFNAME"] == kube["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert expected["GLOO_SOCKET_IFNAME"] == expected["NCCL_SOCKET_IFNAME"] == "lo"
+        trainers = kube["PADDLE_TRAINER_ENDPOINTS"].split(",")
+        assert len(trainers) == int(kube["PADDLE_TRAINERS_NUM"]) == 2
+        assert kube["PADDLE_TRAINER_ID"] == str(index) and kube["TRAINING_ROLE"] == role.upper()
+        own = f"{kube['POD_IP']}:{kube['PADDLE_PORT']}"
+        assert own == kube["PADDLE_CURRENT_ENDPOINT"]
+        servers = [e for e in kube["PADDLE_PSERVERS_IP_PORT_LIST"].split(",") if e]
+        assert len(servers) == fields["pservers"]
+        assert own == (trainers if role == "trainer" else servers)[index]
+        assert (
+            kube["PADDLE_MASTER"].rsplit(":", 1)[0]
+            == f"{name}-trainer-0.{name}-trainer.{NAMESPACE}.svc.cluster.local"
+        )
+
+
 def dns(service: str, index: int) -> str:
     return f"mnist-{service}-{index}.mnist-{service}.{NAMESPACE}.svc.cluster.local"
 
