@@ -342,8 +342,8 @@ class JobSupervisor:
         except asyncio.CancelledError:
             if status.state not in _FINAL_WORKER_STATES:
                 if self._stopped_as is WorkerState.STOPPED:
-                    code = "" if status.exit_code is None else f" (it exited with {status.exit_code})"
-                    message = f"{worker.name} stopped by the platform: every trainer exited 0{code}"
+                    ended = "" if status.exit_code is None else f" (it exited with {status.exit_code})"
+                    message = f"{worker.name} stopped by the platform: every trainer exited 0{ended}"
                     self._event("Normal", "WorkerStopped", message)
                 self._update(status, self._stopped_as)
             raise
