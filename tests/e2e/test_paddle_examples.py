@@ -36,7 +36,9 @@ def wheelhouse(example: str) -> Path:
     target = cache / "wheels" / f"{example}-{digest}"
     if (target / ".complete").exists():
         return target
-    partial = target.with_name(target.name + ".partial")
+    # Downloaded beside it under a name of this process's own, then renamed into place:
+    # two runs at once do not mix their files, and a cut-off download is never taken.
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "-r", str(requirements), "-d", str(partial)],
@@ -46,8 +48,14 @@ def wheelhouse(example: str) -> Path:
     )
     assert done.returncode == 0, f"cannot download the wheels of {example}: {done.stderr[-2000:]}"
     (partial / ".complete").write_text("")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
+    try:
+        partial.rename(target)
+    except OSError:  # another run finished first (or left an incomplete one): use a whole one
+        if not (target / ".complete").exists():
+            shutil.rmtree(target)
+            partial.rename(target)
+        else:
+            shutil.rmtree(partial)
     return target
 
 
