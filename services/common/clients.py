@@ -84,6 +84,9 @@ class ServiceClient:
         self._own_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
         self._stream_timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=timeout)
+        # A follow is silent as long as what it follows is (pip unpacking a large wheel says
+        # nothing for minutes); it ends when that ends, or when the connection does.
+        self._follow_timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout)
 
     @staticmethod
     def url_of(config: Config) -> str:
@@ -209,16 +212,25 @@ class BuilderClient(ServiceClient):
         return await self._call(identity, "GET", f"/api/v1/builds/{quote(build_id, safe='')}")
 
     async def logs(
-        self, identity: Identity, build_id: str, *, follow: bool = False, cursor: str | None = None
+        self,
+        identity: Identity,
+        build_id: str,
+        *,
+        follow: bool = False,
+        cursor: str | None = None,
+        tail: int | None = None,
     ) -> AsyncIterator[dict[str, str]]:
-        """`GET /api/v1/builds/{id}/logs` as NDJSON: `{line, cursor}` per line."""
+        """`GET /api/v1/builds/{id}/logs` as NDJSON: `{line, cursor}` per line; `tail`: the last N only."""
         path = f"/api/v1/builds/{quote(build_id, safe='')}/logs?follow={int(follow)}"
+        if tail is not None:
+            path += f"&tail={tail}"
         if cursor is not None:
             path += f"&cursor={quote(cursor, safe='')}"
         headers = {"Accept": NDJSON, **self._headers(identity, "GET", path)}
         url = URL(self._url + path, encoded=True)
+        timeout = self._follow_timeout if follow else self._stream_timeout
         try:
-            async with self._http().get(url, headers=headers, timeout=self._stream_timeout) as resp:
+            async with self._http().get(url, headers=headers, timeout=timeout) as resp:
                 if resp.status >= 400:
                     try:
                         problem = await resp.json(content_type=None)

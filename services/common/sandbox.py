@@ -28,6 +28,10 @@ process in one cannot switch to a host uid with setpriv. bwrap reads its options
 memory file (`--args`), so the sandbox's PID 1 (bwrap's reaper) shows `bwrap --args N` in
 `/proc/1/cmdline` rather than the host paths it binds.
 
+The UTS namespace's host name is `paddlecloud`, and it resolves (to loopback), as a host's
+own name does: `/etc/hosts` is the host's plus that name (`hosts_file`). Paddle's
+collective mode looks the host name up and crashes where it does not resolve.
+
 Why bwrap as root plus setpriv, rather than bwrap in a user namespace: as root, bwrap
 needs no unprivileged user namespaces (which some distributions restrict), and the
 process really runs as the unprivileged uid on the host, so files it writes are owned by
@@ -38,13 +42,17 @@ still hides everything it does not bind, but its processes keep the service's ui
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import importlib.util
 import os
 import shutil
+import stat
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -60,6 +68,8 @@ SandboxMode = Literal["auto", "required", "off"]
 # them in the source tree, which must not be bound whole: a demo's data may live there).
 PLATFORM_PACKAGES = ("paddlecloud", "paddlecloud.common", "paddlecloud.jobs", "paddlecloud.pfs")
 SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# The host name inside every sandbox: the same for all, so it tells nothing of the host.
+HOSTNAME = "paddlecloud"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -163,6 +173,8 @@ class Sandbox:
         """The command that runs `argv` inside `view`, under the seccomp filter."""
         if self.bwrap is None:
             return Command(list(argv))
+        # The generated /etc/hosts goes over the host's (bound read-only with /etc).
+        view = replace(view, binds=(*view.binds, Bind(hosts_file(), "/etc/hosts")))
         options = bwrap_args(view, system_binds(), python_paths())
         assert options[-1] == "--"
         command = ["--"]
@@ -238,6 +250,76 @@ def python_paths() -> tuple[str, ...]:
     return tuple(p for p in kept if not any(p.startswith(other + "/") for other in kept))
 
 
+@functools.cache
+def hosts_text() -> bytes:
+    """The sandbox's /etc/hosts: the host's own lines, then HOSTNAME on loopback (IPv4 and
+    IPv6). Read once per process (the supervisor zygote, before it forks)."""
+    try:
+        with open("/etc/hosts", "rb") as f:
+            text = f.read()
+    except OSError:  # no hosts file: localhost is added too
+        text = b"127.0.0.1\tlocalhost\n::1\tlocalhost\n"
+    if text and not text.endswith(b"\n"):
+        text += b"\n"
+    return text + f"127.0.0.1\t{HOSTNAME}\n::1\t{HOSTNAME}\n".encode()
+
+
+def hosts_file() -> str:
+    """A file holding `hosts_text()`, for bwrap to bind over /etc/hosts.
+
+    Named by its content, in a directory of this uid's own (0700) in the system's temporary
+    directory, so every process of the service shares one file and none leaves another
+    behind; written to a temporary name and renamed, so a reader never sees half of it.
+    The directory is checked through its descriptor to be this uid's, not a link and not
+    writable by others (in sticky /tmp no one else can then replace it); if another user
+    made it first, a fresh private one is used instead. Made again if removed (a /tmp
+    cleaner), at the cost of a stat per sandboxed start.
+    """
+    text = hosts_text()
+    name = f"hosts-{hashlib.sha256(text).hexdigest()[:16]}"
+    for directory in _hosts_dirs():
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o022:
+                log.warning("sandbox_hosts_dir_not_ours", directory=directory)
+                continue
+            try:
+                found = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                if stat.S_ISREG(found.st_mode) and found.st_size == len(text):
+                    return os.path.join(directory, name)
+            partial = f".{name}.{os.getpid()}"
+            out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+            with os.fdopen(out, "wb") as f:
+                f.write(text)
+            os.rename(partial, name, src_dir_fd=fd, dst_dir_fd=fd)
+            return os.path.join(directory, name)
+        finally:
+            os.close(fd)
+    raise SandboxUnavailable("cannot write the sandbox's /etc/hosts in a private temporary directory")
+
+
+def _hosts_dirs() -> Iterator[str]:
+    """Where `hosts_file` may write: this uid's named directory (made if missing), then a
+    fresh private one, made once per process and only if the first would not do."""
+    shared = os.path.join(tempfile.gettempdir(), f"paddlecloud-sandbox-{os.geteuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(shared, 0o700)
+    yield shared
+    yield _private_dir()
+
+
+@functools.cache
+def _private_dir() -> str:
+    return tempfile.mkdtemp(prefix="paddlecloud-sandbox-")
+
+
 def _under_system(path: str) -> bool:
     parts = Path(path).parts
     return len(parts) > 1 and parts[1] in SYSTEM_DIRS
@@ -254,7 +336,7 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
     args = [
         "--die-with-parent",
         *("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"),
-        *("--hostname", "paddlecloud"),
+        *("--hostname", HOSTNAME),
     ]
     for name, link in system:
         if link is not None:

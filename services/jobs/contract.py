@@ -52,6 +52,11 @@ DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 RESERVED_ENV = frozenset(
     PADDLECLOUD_ENV + PADDLE_V1_ENV + FLEET_ENV + PYTORCH_ENV + KUBEFLOW_ENV + DEVICE_ENV
 )
+# What Paddle's collective mode needs and `paddle.distributed.launch` would have set:
+# the interface gloo and NCCL bind their sockets to (without it gloo picks by the host
+# name and crashes where that resolves elsewhere) and the backend, gloo on CPU, nccl on
+# GPUs. Defaults only: a user's `env` may set each (docs/paddle.md).
+COLLECTIVE_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PADDLE_DISTRI_BACKEND")
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class JobContract:
     pservers: Sequence[tuple[str, int]]
     trainers: Sequence[tuple[str, int]]
     master: tuple[str, int]
+    socket_ifname: str  # the network interface workers reach each other on (lo, eth0)
     user_env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -93,8 +99,9 @@ def contract_env(
     local_world_size: int,
     devices: Sequence[str] | None,
 ) -> dict[str, str]:
-    """The environment of one worker: the user's `env`, then every variable of the
-    contract (which wins over a user's value of the same name).
+    """The environment of one worker: the defaults of COLLECTIVE_ENV, then the user's
+    `env` (which wins over those), then every other variable of the contract (which wins
+    over a user's value of the same name).
 
     `role` is PSERVER or TRAINER; `index` the worker's index within its role (its
     TRAINER_ID, also for parameter servers, as Kubeflow's PaddleJob does); `host` and
@@ -115,7 +122,12 @@ def contract_env(
         v1_port = str(port)
     else:
         v1_port = str(job.pservers[0][1]) if job.pservers else ""
-    env = dict(job.user_env)
+    env = {
+        "GLOO_SOCKET_IFNAME": job.socket_ifname,
+        "NCCL_SOCKET_IFNAME": job.socket_ifname,
+        "PADDLE_DISTRI_BACKEND": "nccl" if job.use_gpu else "gloo",
+    }
+    env |= job.user_env
     env |= {
         "PADDLE_JOB_NAME": job.job_name,
         "PADDLE_CLOUD_CURRENT_DATACENTER": job.datacenter,

@@ -1,4 +1,4 @@
-"""Exit statuses in words, the same on every backend (DESIGN §4: 137, 139, 134, 136)."""
+"""Exit statuses in words, the same on every backend (DESIGN §4), and a stopped worker's state."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ _SIGNAL_REASONS = {
     signal.SIGABRT: "abort",
     signal.SIGFPE: "floating point exception",
 }
+
+
+# A worker's state, besides a job's: a parameter server that the platform stopped because
+# every trainer exited 0. Such servers never exit by themselves (Paddle's do not), so
+# neither SUCCEEDED (it did not end by itself) nor KILLED (nothing went wrong) says it.
+WORKER_STOPPED = "STOPPED"
 
 
 def exit_status(returncode: int) -> int:

@@ -710,8 +710,13 @@ class JobManager:
             cursor = None
         if job.build_id and wanted and (cursor is None or cursor.startswith("b.")):
             try:
+                # `tail` counts per worker, and the build is one more (docs/jobs.md).
                 async for item in self._builder.logs(
-                    identity, job.build_id, follow=query.follow, cursor=cursor[2:] if cursor else None
+                    identity,
+                    job.build_id,
+                    follow=query.follow,
+                    cursor=cursor[2:] if cursor else None,
+                    tail=query.tail,
                 ):
                     yield [LogLine(BUILD, item["line"], "b." + item["cursor"])]
             except BuilderError as exc:

@@ -64,12 +64,11 @@ MAX_RESTARTS = 100
 # --- Environment -----------------------------------------------------------------------
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Set by the platform on every process (DESIGN §4, runtime contract); a user's value
-# would silently break the job's wiring, so it is refused rather than overridden.
-RESERVED_ENV_PREFIX = "PADDLE_"
-# Every variable of the contract (contract.py), and any other PADDLE_* name, which
-# Paddle's own launchers read.
-RESERVED_ENV = CONTRACT_ENV
+# Set by the platform on every process (DESIGN §4, runtime contract; PADDLE_CLOUD_INPUT
+# where a job has an input); a user's value would silently break the job's wiring, so it
+# is refused rather than overridden. Any other name, PADDLE_* included, is the user's:
+# Paddle reads settings such as PADDLE_DISTRI_BACKEND that only the user can choose.
+RESERVED_ENV = CONTRACT_ENV | {"PADDLE_CLOUD_INPUT"}
 # Linux refuses to exec with any single "KEY=value" string of 32 pages (MAX_ARG_STRLEN)
 # or more; refusing here beats a job that fails with E2BIG when it starts.
 _MAX_ENV_STRING = 131072
@@ -438,8 +437,6 @@ def _env_problem(key: str, value: str) -> str | None:
             f"{key!r} is not an environment variable name: use letters, digits and '_', "
             "not starting with a digit"
         )
-    if key.startswith(RESERVED_ENV_PREFIX):
-        return f"{key!r} cannot be set: every {RESERVED_ENV_PREFIX}* variable is set by PaddleCloud"
     if key in RESERVED_ENV:
         return f"{key!r} cannot be set: it is set by PaddleCloud for every process of a job"
     if "\x00" in value:

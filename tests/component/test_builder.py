@@ -636,6 +636,30 @@ async def test_the_builder_client_requests_reads_and_follows_builds(
             await client.get_build(alice, "x")
 
 
+async def test_following_a_build_log_outlasts_a_silence_longer_than_the_read_timeout(
+    tmp_path: Path, aiohttp_server: Any
+) -> None:
+    # pip says nothing while it unpacks a large wheel (Paddle's: over a minute on a busy
+    # machine); a follower that gave up after its read timeout lost the rest of the build's
+    # log (issue 27, found running examples/paddle_collective).
+    async def logs(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        await resp.write(b'{"line": "Installing collected packages: paddlepaddle", "cursor": "1"}\n')
+        await asyncio.sleep(1.0)  # silent for longer than the client's read timeout below
+        await resp.write(b'{"line": "Successfully installed paddlepaddle", "cursor": "2"}\n')
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/builds/{id}/logs", logs)
+    server = await aiohttp_server(app)
+    config = make_config(tmp_path)
+    async with BuilderClient(config, timeout=0.2, url=str(server.make_url(""))) as client:
+        lines = [item["line"] async for item in client.logs(Identity("alice"), "b1", follow=True)]
+    assert lines == ["Installing collected packages: paddlepaddle", "Successfully installed paddlepaddle"]
+
+
 # -- the sandbox ----------------------------------------------------------------------
 
 # An in-tree PEP 517 backend: pip runs it to build the sdist, so it is code the user's

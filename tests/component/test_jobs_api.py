@@ -479,6 +479,28 @@ except OSError as exc:
     assert not os.path.ismount("/pfs")  # nothing leaked into the host's mount table
 
 
+async def test_a_sandboxed_workers_own_host_name_resolves_to_loopback(jobs: Jobs) -> None:
+    # Paddle's collective mode (gloo) looks the host name up; the sandbox's name is not in
+    # the host's /etc/hosts, so it failed with "cannot be obtained" or a SIGSEGV (issue 27).
+    backend = jobs.server_app[MANAGER].backend  # type: ignore[attr-defined]
+    if not backend.sandboxed:
+        pytest.skip("no sandbox here (bubblewrap is not installed)")
+    program = """\
+import socket
+name = socket.gethostname()
+print("name", name, socket.gethostbyname(name))
+print("v6", sorted({a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET6)}))
+print("localhost", socket.gethostbyname("localhost"))
+"""
+    await jobs.submit({"name": "named", "package": jobs.package({"train.py": program})})
+    job = await jobs.wait("named", ("SUCCEEDED", "FAILED"))
+    text = await jobs.logs("named")
+    assert job["state"] == "SUCCEEDED", (job["reason"], text)
+    assert "[trainer-0] name paddlecloud 127.0.0.1" in text
+    assert "[trainer-0] v6 ['::1']" in text
+    assert "[trainer-0] localhost 127.0.0.1" in text  # the host's own lines are kept
+
+
 async def test_reading_a_list_pages_with_cursors(jobs: Jobs) -> None:
     package = jobs.package({"train.py": "print(1)\n"})
     for i in range(5):

@@ -119,6 +119,14 @@ async def test_a_job_with_requirements_builds_then_runs_in_that_environment_and_
     )
     assert "[trainer-0] tinypkg 2.0" in await platform.logs("two")
 
+    # `tail` is per worker and the build counts as one (docs/jobs.md): a cached build's
+    # log is trimmed like the others, not replayed whole.
+    for name in ("one", "two"):
+        whole = [line for line in (await platform.logs(name)).splitlines() if line.startswith("[build] ")]
+        assert len(whole) > 2, whole
+        lines = (await platform.logs(name, tail="2")).splitlines()
+        assert lines == [*whole[-2:], "[trainer-0] tinypkg 2.0"], lines
+
 
 async def test_a_bad_requirement_fails_the_job_with_pips_message_in_events_and_logs(
     platform: Platform,

@@ -209,14 +209,22 @@ def test_a_job_whose_trainers_exit_0_succeeds_and_stops_its_pservers(start_job: 
     assert state["finished_at"] and state["started_at"]
     assert state["supervisor_pid"] == job.proc.pid
     workers = {w["name"]: w for w in state["workers"]}
+    # Servers do not end by themselves: the platform stopped them, and says so (issue 27).
     assert {n: w["state"] for n, w in workers.items()} == {
-        "pserver-0": "SUCCEEDED",
-        "pserver-1": "SUCCEEDED",
+        "pserver-0": "STOPPED",
+        "pserver-1": "STOPPED",
         "trainer-0": "SUCCEEDED",
         "trainer-1": "SUCCEEDED",
     }
     assert all(w["host"] == "127.0.0.1" and w["restarts"] == 0 for w in workers.values())
     assert workers["trainer-1"]["exit_code"] == 0
+    assert workers["pserver-0"]["exit_code"] is not None
+    stopped = [e["message"] for e in job.events() if e["reason"] == "WorkerStopped"]
+    assert sorted(stopped) == [
+        f"pserver-{i} stopped by the platform: every trainer exited 0 "
+        f"(it exited with {workers[f'pserver-{i}']['exit_code']})"
+        for i in range(2)
+    ]
     # pservers and the helper each one left in its process group
     assert len(job.pids("helper")) == 2
     assert_all_gone(job.pids())

@@ -214,6 +214,39 @@ def test_jobs_appear_and_run_live_logs_follow_to_the_end_and_a_job_is_killed(
     assert job["state"] == "KILLED"
 
 
+# A parameter server that serves until it is stopped, as Paddle's do, and a trainer that ends.
+PS_TRAIN_PY = """\
+import os, socket, time
+
+if os.environ["TRAINING_ROLE"] == "PSERVER":
+    server = socket.create_server(("127.0.0.1", int(os.environ["PADDLE_PORT"])))
+    while True:
+        time.sleep(1)
+print("trained", flush=True)
+"""
+
+
+def test_a_parameter_server_the_platform_stopped_shows_stopped(
+    platform: Any, context: Any, tmp_path: Path
+) -> None:
+    package = tmp_path / "ps-package"
+    package.mkdir()
+    (package / "train.py").write_text(PS_TRAIN_PY)
+    platform.cli(
+        "--datacenter", "as-alice", "submit", "-f", "--jobname", "with-ps", "--pservers", "1", str(package)
+    )
+    page = context.new_page()
+    sign_in(page, platform, "alice")
+    page.goto(platform.endpoint + "/jobs/with-ps")
+    ready(page)
+    page.locator("body[data-state='SUCCEEDED']").wait_for()
+    row = page.locator("#job-workers tr[data-worker='pserver-0'][data-state='STOPPED']")
+    row.wait_for()
+    assert "STOPPED" in row.inner_text()
+    assert page.locator("#job-workers tr[data-worker='trainer-0'][data-state='SUCCEEDED']").count() == 1
+    page.get_by_text("pserver-0 stopped by the platform: every trainer exited 0").first.wait_for()
+
+
 def test_an_upload_survives_a_reload_and_comes_back_identical(
     platform: Any, context: Any, tmp_path: Path
 ) -> None:

@@ -153,6 +153,13 @@ def test_two_pservers_three_trainers_succeed_and_logs_outlive_the_pods(
     assert tail == ["[trainer-2] trainer 2 trained"]
     events = as_json(run_cli(server, "-o", "json", "get", "job", "dist"))
     assert events["state"] == "SUCCEEDED"
+    # The servers were stopped by the platform, and say so (as on the local backend).
+    workers = {w["name"]: w["state"] for w in events["workers"]}
+    assert workers == {"pserver-0": "STOPPED", "pserver-1": "STOPPED"} | {
+        f"trainer-{i}": "SUCCEEDED" for i in range(3)
+    }
+    stopped = sorted(e["message"] for e in events["events"] if e["reason"] == "WorkerStopped")
+    assert stopped == [f"pserver-{i} stopped by the platform: every trainer exited 0" for i in range(2)]
 
 
 def test_an_oom_killed_trainer_past_its_restarts_fails_the_job_in_words(

@@ -301,11 +301,8 @@ def test_package_is_required_and_kept_unresolved() -> None:
         ("1X", "'1X' is not an environment variable name: use letters, digits and '_'"),
         ("A-B", "'A-B' is not an environment variable name"),
         ("", "'' is not an environment variable name"),
-        (
-            "PADDLE_TRAINER_ID",
-            "'PADDLE_TRAINER_ID' cannot be set: every PADDLE_* variable is set by PaddleCloud",
-        ),
-        ("PADDLE_ANYTHING", "every PADDLE_* variable is set by PaddleCloud"),
+        ("PADDLE_TRAINER_ID", "'PADDLE_TRAINER_ID' cannot be set: it is set by PaddleCloud"),
+        ("PADDLE_CLOUD_INPUT", "'PADDLE_CLOUD_INPUT' cannot be set: it is set by PaddleCloud"),
         ("TRAINING_ROLE", "'TRAINING_ROLE' cannot be set: it is set by PaddleCloud"),
         ("MASTER_ADDR", "'MASTER_ADDR' cannot be set"),
         ("RANK", "'RANK' cannot be set"),
@@ -339,6 +336,13 @@ def test_every_bad_env_key_is_reported_at_once() -> None:
 def test_bad_env_values(env: Any, rule: str) -> None:
     found = problems({**BASE, "env": env})
     assert any(field.startswith("env") and rule in message for field, message in found.items()), found
+
+
+def test_paddle_names_the_contract_does_not_set_are_the_users() -> None:
+    # Paddle's own settings, which only the user can choose (issue 27: --env
+    # PADDLE_DISTRI_BACKEND=gloo was refused with every other PADDLE_* name).
+    env = {"PADDLE_DISTRI_BACKEND": "gloo", "GLOO_SOCKET_IFNAME": "eth1", "PADDLE_WITH_GLOO": "1"}
+    assert parse_submission({**BASE, "env": env}).env == env
 
 
 def test_env_names_that_only_resemble_reserved_ones_are_allowed() -> None:

@@ -821,6 +821,8 @@ def test_short_dns_names_without_a_cluster_domain() -> None:
 
 # --- The runtime contract, compared with the local backend's ----------------------------
 
+SOCKET_KEYS = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
+
 # Keys whose values differ between the backends, and how:
 # - hosts: local workers are all 127.0.0.1; a pod is <pod>.<service>.<ns>.svc.<domain>.
 #   In these keys every host is replaced by H before comparing; ports, order and counts
@@ -840,7 +842,9 @@ HOST_KEYS = {
 #   trainer count) unless it holds GPUs; in a pod it is alone (0, 1);
 # - DEVICE_ENV for a GPU trainer: locally the GPUs it holds; on Kubernetes the device
 #   plugin sets NVIDIA_VISIBLE_DEVICES itself, so neither key is in the manifest.
-OTHER_KEYS = {"NAMESPACE", "TRAINER_PACKAGE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+# - GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME: the interface workers reach each other on,
+#   loopback (lo) locally, the pod's own (eth0) on Kubernetes.
+OTHER_KEYS = {"NAMESPACE", "TRAINER_PACKAGE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", *SOCKET_KEYS}
 
 
 def hostless(key: str, value: str) -> str:
@@ -902,11 +906,67 @@ def test_the_environment_is_the_local_backends(pservers: int, gpu: int) -> None:
         assert kube["PRICE"] == "$(HOME) costs $$5 $", "a user's value reaches the program as written"
         assert kube["NAMESPACE"] == NAMESPACE and expected["NAMESPACE"] == ""
         assert kube["TRAINER_PACKAGE"] == "/job/work" and expected["TRAINER_PACKAGE"] == plan.launch.package
+        for key in SOCKET_KEYS:
+            assert (kube[key], expected[key]) == ("eth0", "lo"), (role, index, key)
+        assert kube["PADDLE_DISTRI_BACKEND"] == ("nccl" if gpu else "gloo"), (role, index)
         if role == "trainer":
             assert (kube["LOCAL_RANK"], kube["LOCAL_WORLD_SIZE"]) == ("0", "1")
             # A local GPU trainer sees only its own devices: alone among them, as in a pod.
             alone = ("0", "1") if gpu else (str(index), "3")
             assert (expected["LOCAL_RANK"], expected["LOCAL_WORLD_SIZE"]) == alone
+
+
+def test_a_users_collective_settings_win_on_both_backends() -> None:
+    # Defaults, unlike the rest of the contract: a user on InfiniBand or with a GPU job
+    # that should use gloo says so in `env`.
+    chosen = {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0", "PADDLE_DISTRI_BACKEND": "gloo"}
+    plan = make_plan(pservers=1, trainers=2, gpu=1, env=chosen)
+    for (role, index), local in local_envs(plan).items():
+        kube = worker_env(plan, role, index)
+        assert {k: kube[k] for k in chosen} == {k: local[k] for k in chosen} == chosen, (role, index)
+
+
+# The two real Paddle examples (examples/paddle_collective, examples/paddle_ps), as
+# `paddlecloud submit` sends them; tests/e2e/test_paddle_examples.py runs them locally.
+PADDLE_JOBS = {
+    "collective-cpu": {"name": "paddle-collective", "trainers": 2, "pservers": 0},
+    "collective-gpu": {"name": "paddle-collective", "trainers": 2, "pservers": 0, "gpu": 1},
+    "ps": {"name": "paddle-ps", "trainers": 2, "pservers": 2},
+}
+
+
+@pytest.mark.parametrize("example", sorted(PADDLE_JOBS))
+def test_the_paddle_examples_dry_run_manifests_carry_what_paddle_reads(example: str) -> None:
+    fields = PADDLE_JOBS[example]
+    plan = make_plan(**fields)
+    objects = manifests.all_objects(plan)  # what `submit --dry-run` shows
+    for obj in objects:
+        validate(obj)
+    local = local_envs(plan)
+    gpu = bool(fields.get("gpu"))
+    name = str(fields["name"])
+    for (role, index), expected in local.items():
+        kube = worker_env(plan, role, index)
+        devices = set(DEVICE_ENV) if role == "trainer" and gpu else set()
+        assert kube.keys() == expected.keys() - devices, (role, index)
+        for key in kube.keys() - OTHER_KEYS - HOST_KEYS:
+            assert kube[key] == expected[key], (role, index, key)
+        # What Paddle's collective mode and fleet read (docs/paddle.md).
+        assert kube["PADDLE_DISTRI_BACKEND"] == ("nccl" if gpu else "gloo")
+        assert kube["GLOO_SOCKET_IFNAME"] == kube["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert expected["GLOO_SOCKET_IFNAME"] == expected["NCCL_SOCKET_IFNAME"] == "lo"
+        trainers = kube["PADDLE_TRAINER_ENDPOINTS"].split(",")
+        assert len(trainers) == int(kube["PADDLE_TRAINERS_NUM"]) == 2
+        assert kube["PADDLE_TRAINER_ID"] == str(index) and kube["TRAINING_ROLE"] == role.upper()
+        own = f"{kube['POD_IP']}:{kube['PADDLE_PORT']}"
+        assert own == kube["PADDLE_CURRENT_ENDPOINT"]
+        servers = [e for e in kube["PADDLE_PSERVERS_IP_PORT_LIST"].split(",") if e]
+        assert len(servers) == fields["pservers"]
+        assert own == (trainers if role == "trainer" else servers)[index]
+        assert (
+            kube["PADDLE_MASTER"].rsplit(":", 1)[0]
+            == f"{name}-trainer-0.{name}-trainer.{NAMESPACE}.svc.cluster.local"
+        )
 
 
 def dns(service: str, index: int) -> str:

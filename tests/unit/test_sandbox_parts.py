@@ -10,7 +10,7 @@ import pytest
 
 from paddlecloud.builder.local import loopback_ports
 from paddlecloud.common.cgroups import Hierarchy, Limits
-from paddlecloud.common.sandbox import Bind, Command, Sandbox, View, bwrap_args
+from paddlecloud.common.sandbox import HOSTNAME, Bind, Command, Sandbox, View, bwrap_args
 from paddlecloud.common.seccomp import filter_program
 from paddlecloud.jobs.local.gpus import GpuPool
 from paddlecloud.jobs.local.uids import UidMap, UidsExhausted
@@ -212,3 +212,21 @@ def test_only_the_package_sources_on_the_loopback_are_forwarded_into_a_build() -
         "",
     ]
     assert loopback_ports(sources) == [443, 8765]
+
+
+def test_the_sandboxs_host_name_is_bound_over_the_hosts_etc_hosts() -> None:
+    view = View(uid=1, gid=1, cwd="/job/work")
+    command = Sandbox("/usr/bin/bwrap", None, root=False).wrap(view, ["true"])
+    read_only = pairs(command, "--ro-bind")
+    (hosts,) = [source for source, target in read_only if target == "/etc/hosts"]
+    # After /etc itself, or the host's file would cover it again.
+    assert read_only.index(("/etc", "/etc")) < read_only.index((hosts, "/etc/hosts"))
+    lines = Path(hosts).read_text().splitlines()
+    assert lines[-2:] == [f"127.0.0.1\t{HOSTNAME}", f"::1\t{HOSTNAME}"]
+    assert lines[:-2] == Path("/etc/hosts").read_text().splitlines()
+    assert ["--hostname", HOSTNAME] == command[command.index("--hostname") :][:2]
+    # Owned by this uid, not writable by others, in a directory no one else can enter.
+    for path in (hosts, str(Path(hosts).parent)):
+        info = os.lstat(path)
+        assert info.st_uid == os.geteuid() and not info.st_mode & 0o022, path
+    assert not os.lstat(Path(hosts).parent).st_mode & 0o077

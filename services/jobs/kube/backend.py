@@ -56,7 +56,7 @@ from ..backend import (
     WorkerInfo,
     planned_workers,
 )
-from ..exits import describe_exit
+from ..exits import WORKER_STOPPED, describe_exit
 from ..spec import JobSpec
 from . import manifests
 from .cache import Informer, backoff
@@ -500,8 +500,10 @@ class KubernetesBackend(Backend):
             return Observation(job.state, job.reason, cursor=cursor)  # the watch has yet to show it
         attempts = attempts_of(pods)
         events = self._new_events(attempts, reported)
-        new_cursor = _encode_reported(reported)
         state, reason, started, finished = self._judge(job, owner, trainers, pods, attempts)
+        if state == SUCCEEDED:
+            events += _stopped_events(job, reported, finished or _now())
+        new_cursor = _encode_reported(reported)
         if state in TERMINAL_STATES and job.id not in self._finishing:
             task = asyncio.create_task(self._finish(job), name=f"kube-finish-{job.name}")
             self._finishing[job.id] = task
@@ -674,8 +676,12 @@ class KubernetesBackend(Backend):
         result = []
         for planned in planned_workers(_spec_of(job)):
             found = latest.get(planned.name)
+            # The job's success stopped its parameter servers (their StatefulSet is deleted):
+            # they show that, not the job's state nor how their pods ended.
+            stopped = job.state == SUCCEEDED and planned.role == "PSERVER"
             if found is None:
                 state = "PENDING" if job.state not in TERMINAL_STATES else job.state
+                state = WORKER_STOPPED if stopped else state
                 result.append(WorkerInfo(planned.name, planned.role, planned.index, state))
                 continue
             pod, _ = found
@@ -689,6 +695,7 @@ class KubernetesBackend(Backend):
                 "Succeeded": "SUCCEEDED",
                 "Failed": "FAILED",
             }.get(phase, phase.upper())
+            state = WORKER_STOPPED if stopped else state
             started = ((cs.get("state") or {}).get("running") or terminated or {}).get("startedAt")
             result.append(
                 WorkerInfo(
@@ -933,6 +940,19 @@ def _spec_of(job: Job) -> JobSpec:
 
 
 # Cursors --------------------------------------------------------------------------------
+def _stopped_events(job: Job, reported: set[str], when: str) -> list[ObservedEvent]:
+    """One `WorkerStopped` per parameter server of a job that succeeded, as on the local
+    backend: the platform stops them (deleting their StatefulSet) once every trainer exited 0."""
+    events = []
+    for index in range(int(job.spec.get("pservers") or 0)):
+        tag = f"pserver-{index}/stopped"
+        if tag not in reported:
+            reported.add(tag)
+            message = f"pserver-{index} stopped by the platform: every trainer exited 0"
+            events.append(ObservedEvent(when, "Normal", "WorkerStopped", message))
+    return events
+
+
 # Events: the set of what was reported, as sorted tags. Logs: per worker, the attempt and
 # the line last sent. Both are opaque to clients: base64url JSON.
 

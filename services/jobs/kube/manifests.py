@@ -48,6 +48,9 @@ KUBERNETES_VERSION = "1.33"
 # local backend, whose sandboxed workers also run in /job/work).
 WORK_DIR = "/job/work"
 GPU_RESOURCE = "nvidia.com/gpu"
+# A pod's own network interface: CNI plugins name it eth0 (the CNI spec's CNI_IFNAME as
+# the kubelet passes it); gloo and NCCL bind their sockets there.
+POD_INTERFACE = "eth0"
 PFS_VOLUME = "pfs"
 WORK_VOLUME = "work"
 POD_SECURITY = "pod-security.kubernetes.io"
@@ -752,6 +755,7 @@ def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
         pservers=pservers,
         trainers=trainers,
         master=master,
+        socket_ifname=POD_INTERFACE,
         user_env=user_env,
     )
     service = names.trainer_name(spec.name) if role == "TRAINER" else names.pserver_name(spec.name)

@@ -64,6 +64,7 @@ from ..backend import (
     StartFailed,
     WorkerInfo,
 )
+from ..exits import WORKER_STOPPED
 from ..spec import JobSpec
 from . import claim
 from .caplog import read_dropped
@@ -659,7 +660,7 @@ class LocalBackend(Backend):
         for worker in self._plan(job).workers:
             w = recorded.get(worker.name, {})
             worker_state = str(w.get("state", "PENDING"))
-            if job.state in TERMINAL_STATES and worker_state not in TERMINAL_STATES:
+            if job.state in TERMINAL_STATES and worker_state not in {*TERMINAL_STATES, WORKER_STOPPED}:
                 worker_state = ended_as
             result.append(
                 WorkerInfo(

@@ -249,6 +249,7 @@ def build_plan(
     trainer_ports: Sequence[int],
     master_port: int,
     host: str = "127.0.0.1",
+    socket_ifname: str = "lo",
     devices_per_trainer: int = 1,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS,
@@ -269,7 +270,8 @@ def build_plan(
     Parameter servers run `psentry` when given, else `entry` (with TRAINING_ROLE=PSERVER).
     `ports` holds one free port per parameter server, `trainer_ports` one per trainer
     (their fleet endpoints) and `master_port` the PyTorch/Kubeflow rendezvous port; the
-    caller allocates them all. `resources` maps a role (PSERVER, TRAINER) to its
+    caller allocates them all; `socket_ifname` is the interface `host` is on (gloo and
+    NCCL bind there). `resources` maps a role (PSERVER, TRAINER) to its
     (memory bytes, cpu millicores) per worker; `devices` maps a worker's name to the GPUs
     it holds, which it sees in `CUDA_VISIBLE_DEVICES` (every other worker sees none).
     Raises ValueError on inconsistent counts or on a user
@@ -304,6 +306,7 @@ def build_plan(
         pservers=[(host, port) for port in ports],
         trainers=[(host, port) for port in trainer_ports],
         master=(host, master_port),
+        socket_ifname=socket_ifname,
         user_env=env,
     )
     commands = {Role.TRAINER: entry, Role.PSERVER: psentry or entry}

@@ -58,7 +58,7 @@ from paddlecloud.common.quantity import format_bytes, readable_bytes
 from paddlecloud.common.sandbox import Bind, Command, View
 from paddlecloud.common.seccomp import SeccompUnavailable, filter_program
 
-from ..exits import describe_exit, exit_status
+from ..exits import WORKER_STOPPED, describe_exit, exit_status
 from . import claim
 from .caplog import CappedLog
 from .launch import fork_launcher
@@ -94,9 +94,10 @@ class WorkerState(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     KILLED = "KILLED"
+    STOPPED = WORKER_STOPPED  # a parameter server stopped once every trainer exited 0
 
 
-_FINAL_WORKER_STATES = {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.KILLED}
+_FINAL_WORKER_STATES = {WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.KILLED, WorkerState.STOPPED}
 
 
 def _now() -> str:
@@ -326,7 +327,7 @@ class JobSupervisor:
                     if task not in trainers or failure is not None:
                         return JobState.FAILED, failure or f"{tasks[task].name} stopped"
                     trainers.discard(task)
-            stopped_as = WorkerState.SUCCEEDED
+            stopped_as = WorkerState.STOPPED
             return JobState.SUCCEEDED, "every trainer exited 0"
         finally:
             self._stopped_as = stopped_as
@@ -415,6 +416,10 @@ class JobSupervisor:
                 await asyncio.sleep(self._restart_delay(status.restarts))
         except asyncio.CancelledError:
             if status.state not in _FINAL_WORKER_STATES:
+                if self._stopped_as is WorkerState.STOPPED:
+                    ended = "" if status.exit_code is None else f" (it exited with {status.exit_code})"
+                    message = f"{worker.name} stopped by the platform: every trainer exited 0{ended}"
+                    self._event("Normal", "WorkerStopped", message)
                 self._update(status, self._stopped_as)
             raise
 
@@ -441,6 +446,8 @@ class JobSupervisor:
                 pump = self._pumps.pop(worker.name, None)
                 if pump is not None:
                     await pump.finish()
+            if proc.returncode is not None:  # also when stopped: how it ended is shown
+                status.exit_code = exit_status(proc.returncode)
             self._oom[worker.name] = self._out_of_memory(worker)
             if self._hierarchy is not None:
                 self._hierarchy.remove(self._cgroup_of(worker))
@@ -887,6 +894,7 @@ def zygote(warm: Path | None = None) -> int:
     sandbox.python_paths()
     with contextlib.suppress(SeccompUnavailable):  # a job that needs it says why it cannot start
         filter_program()
+    sandbox.hosts_text()
     # What is imported by now is shared with every fork: kept out of the collector's
     # sweeps, so that they do not touch (and copy) every page of it in each copy.
     gc.freeze()
