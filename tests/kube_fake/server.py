@@ -410,6 +410,10 @@ class ApiServer:
                 if item is None:
                     break
                 await _send(response, *item)
+        except ConnectionResetError:
+            # The watcher hung up (a client's watch ended, or it was closed at shutdown) while
+            # an event was on its way: the real API server drops the stream the same way.
+            return response
         finally:
             self.store.unwatch(watcher)
         await response.write_eof()
