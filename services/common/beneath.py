@@ -34,14 +34,15 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _load_libc() -> ctypes.CDLL | None:
+def load_libc() -> ctypes.CDLL | None:
+    """This process's C library, for the system calls Python's os module lacks."""
     try:
         return ctypes.CDLL(None, use_errno=True)
     except OSError:  # pragma: no cover - every Linux has a libc
         return None
 
 
-_LIBC = _load_libc()
+_LIBC = load_libc()
 
 
 def openat2(

@@ -10,6 +10,8 @@ import os
 import re
 import stat
 
+from paddlecloud.common.beneath import load_libc
+
 # A file's sha256 is remembered with the size and mtime it describes, so a later stat
 # (or an upload's completion after a restart) need not read the file again.
 SHA256_XATTR = "user.paddlecloud.sha256"
@@ -70,14 +72,7 @@ RENAME_NOREPLACE = 1
 _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}.get(os.uname().machine)
 
 
-def _load_libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - every Linux has a libc
-        return None
-
-
-_LIBC = _load_libc()
+_LIBC = load_libc()
 
 
 def renameat2(src_dir: int, src: str, dst_dir: int, dst: str, flags: int) -> None:
