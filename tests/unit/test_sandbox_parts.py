@@ -217,14 +217,18 @@ def test_only_the_package_sources_on_the_loopback_are_forwarded_into_a_build() -
 def test_the_sandboxs_host_name_is_bound_over_the_hosts_etc_hosts() -> None:
     view = View(uid=1, gid=1, cwd="/job/work")
     command = Sandbox("/usr/bin/bwrap", None, root=False).wrap(view, ["true"])
-    read_only = pairs(command, "--ro-bind")
+    try:
+        options = bwrap_options(command)
+    finally:
+        command.close()
+    read_only = pairs(options, "--ro-bind")
     (hosts,) = [source for source, target in read_only if target == "/etc/hosts"]
     # After /etc itself, or the host's file would cover it again.
     assert read_only.index(("/etc", "/etc")) < read_only.index((hosts, "/etc/hosts"))
     lines = Path(hosts).read_text().splitlines()
     assert lines[-2:] == [f"127.0.0.1\t{HOSTNAME}", f"::1\t{HOSTNAME}"]
     assert lines[:-2] == Path("/etc/hosts").read_text().splitlines()
-    assert ["--hostname", HOSTNAME] == command[command.index("--hostname") :][:2]
+    assert ["--hostname", HOSTNAME] == options[options.index("--hostname") :][:2]
     # Owned by this uid, not writable by others, in a directory no one else can enter.
     for path in (hosts, str(Path(hosts).parent)):
         info = os.lstat(path)
