@@ -177,9 +177,6 @@ def resolve_for(identity: Identity, text: str, datacenter: str, *, write: bool) 
 
 
 # openat2(2) and the O_NOFOLLOW walk live in beneath.py, shared with the builder and jobs.
-_openat2 = beneath.openat2
-_probe_openat2 = beneath.probe_openat2
-_walk_nofollow = beneath.walk_nofollow
 
 
 def open_volume(config: Config) -> Root:
@@ -192,7 +189,7 @@ class Root:
 
     def __init__(self, root: Path, *, use_openat2: bool | None = None) -> None:
         self.root = root
-        self.use_openat2 = _probe_openat2() if use_openat2 is None else use_openat2
+        self.use_openat2 = beneath.probe_openat2() if use_openat2 is None else use_openat2
         for sub in ("home", "public", ".uploads"):
             (root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -264,8 +261,8 @@ class Root:
         with self.area_fd(path) as base:
             try:
                 if self.use_openat2:
-                    return _openat2(base, path.relative(), flags, mode)
-                return _walk_nofollow(base, path.relative(), flags, mode)
+                    return beneath.openat2(base, path.relative(), flags, mode)
+                return beneath.walk_nofollow(base, path.relative(), flags, mode)
             except OSError as exc:
                 if exc.errno in (errno.EXDEV, errno.ELOOP):
                     raise PermissionError(exc.errno, "the path leads outside its area", path.text) from None

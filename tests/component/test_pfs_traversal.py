@@ -18,7 +18,7 @@ from aiohttp import ClientResponse
 from test_pfs_files import API, HOME, Pfs, problem, snapshot, start_pfs, write
 from yarl import URL
 
-from paddlecloud.common import volume as paths
+from paddlecloud.common import beneath
 from support import PFS_TRAVERSALS
 
 ALICE = f"{HOME}/alice"
@@ -79,8 +79,8 @@ async def pfs(
 ) -> Pfs:
     if request.param == "nofollow-walk":
         # As on a kernel without openat2: the service's Root probes once at startup.
-        monkeypatch.setattr(paths, "_probe_openat2", lambda: False)
-    elif not paths._probe_openat2():
+        monkeypatch.setattr(beneath, "probe_openat2", lambda: False)
+    elif not beneath.probe_openat2():
         pytest.skip("openat2 is not available on this kernel")
     env = await start_pfs(tmp_path, aiohttp_server, aiohttp_client)
     alice, bob = env.home("alice"), env.home("bob")
