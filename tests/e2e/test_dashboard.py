@@ -236,6 +236,7 @@ def test_a_parameter_server_the_platform_stopped_shows_stopped(
         "--datacenter", "as-alice", "submit", "-f", "--jobname", "with-ps", "--pservers", "1", str(package)
     )
     page = context.new_page()
+    page.set_viewport_size({"width": 1400, "height": 900})
     sign_in(page, platform, "alice")
     page.goto(platform.endpoint + "/jobs/with-ps")
     ready(page)
@@ -245,6 +246,17 @@ def test_a_parameter_server_the_platform_stopped_shows_stopped(
     assert "STOPPED" in row.inner_text()
     assert page.locator("#job-workers tr[data-worker='trainer-0'][data-state='SUCCEEDED']").count() == 1
     page.get_by_text("pserver-0 stopped by the platform: every trainer exited 0").first.wait_for()
+
+    # On a laptop's screen (1400 by 900) at least half the log view is on the first
+    # screenful, below the job's workers and events.
+    page.locator("#log-lines .line", has_text="trained").wait_for()
+    box = page.locator("#log-lines").bounding_box()
+    assert box is not None and page.evaluate("window.scrollY") == 0
+    assert box["y"] + box["height"] / 2 <= 900, f"the log view starts at y={box['y']}"
+    # The events scroll in their own box, which shows the newest.
+    events = page.locator("#job-events").locator("xpath=ancestor::div[1]")
+    at_end = "e => e.scrollHeight > e.clientHeight && e.scrollTop + e.clientHeight >= e.scrollHeight - 1"
+    assert events.evaluate(at_end)
 
 
 def test_an_upload_survives_a_reload_and_comes_back_identical(
