@@ -304,6 +304,66 @@ def test_an_upload_survives_a_reload_and_comes_back_identical(
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == digest
 
 
+def test_uploads_that_cannot_succeed_say_why_at_once_and_a_missing_folder_takes_none(
+    platform: Any, context: Any, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("first notes\n")
+    page = context.new_page()
+    sign_in(page, platform, "alice")
+    page.goto(platform.endpoint + "/files")
+    ready(page)
+    creates: list[str] = []  # the tus creation requests the page sends
+
+    def count_creates(request: Any) -> None:
+        if request.method == "POST" and request.url.endswith("/api/v1/pfs/uploads"):
+            creates.append(request.url)
+
+    page.on("request", count_creates)
+    rows = page.locator("#upload-list li")
+    page.set_input_files("#upload-files", str(notes))
+    page.locator("#upload-list li[data-state='done']").wait_for()
+
+    # A confirmation asks, with no text field; renaming asks for the new name.
+    page.locator("tr[data-path$='/notes.txt'] button", has_text="Delete").click()
+    page.locator("#confirm[open]").wait_for()
+    assert page.locator("#confirm-input").is_hidden()
+    page.click("#confirm button[value=cancel]")
+    page.locator("tr[data-path$='/notes.txt'] button", has_text="Rename").click()
+    assert page.locator("#confirm-input").is_visible()
+    assert page.inner_text("#confirm-input-label") == "New name"
+    page.click("#confirm button[value=cancel]")
+
+    # The same file again: refused by the server once, not retried, and the row says what to do.
+    page.set_input_files("#upload-files", str(notes))
+    rows.nth(1).locator("xpath=self::li[@data-state='failed']").wait_for()
+    assert len(creates) == 2, creates
+    assert "replace existing files" in rows.nth(1).inner_text()
+    page.check("#upload-overwrite")
+    page.set_input_files("#upload-files", str(notes))
+    rows.nth(2).locator("xpath=self::li[@data-state='done']").wait_for()
+
+    # Over the storage quota: the refusal reads in units, not in bytes.
+    platform.cli("users", "quota", "alice", "-storage", "2Mi")
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 3_000_000)
+    page.set_input_files("#upload-files", str(big))
+    rows.nth(3).locator("xpath=self::li[@data-state='failed']").wait_for()
+    refusal = rows.nth(3).inner_text()
+    assert "Uploading 2.9 MiB would take alice's storage over its quota of 2.0 MiB" in refusal, refusal
+    assert "3000000" not in refusal
+
+    # A folder that does not exist: one notice, nothing to upload into.
+    missing = f"/pfs/{DC}/home/alice/no/such"
+    page.goto(platform.endpoint + f"/files?path={missing}")
+    ready(page)
+    page.locator("#files-message.error").wait_for()
+    assert page.inner_text("#files-message") == "No such folder."
+    assert page.inner_text("#crumbs") == "home / no / such"
+    for hidden in ("#files-tools", "#files-table", "#drop-hint"):
+        assert page.locator(hidden).is_hidden(), hidden
+
+
 def test_a_user_cannot_open_another_users_job_or_files_by_url(
     platform: Any, context: Any, tmp_path: Path
 ) -> None:
