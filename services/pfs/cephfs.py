@@ -24,6 +24,7 @@ from pathlib import Path
 import structlog
 
 from paddlecloud.common.errors import ProblemError
+from paddlecloud.common.quantity import readable_bytes
 from paddlecloud.common.store import Store
 from paddlecloud.common.volume import STORAGE_FULL, check_name
 
@@ -93,6 +94,10 @@ def set_quota(dir_fd: int, limit: int | None) -> None:
         os.setxattr(dir_fd, QUOTA_MAX_BYTES, str(limit).encode())
 
 
+def _readable(size: int | None) -> str:
+    return "unknown" if size is None else readable_bytes(size)
+
+
 def over_quota(home: Path, requested: int, what: str) -> ProblemError:
     """The 507 for a write CephFS refused with EDQUOT, with the home's figures as Ceph sees them."""
     used, limit = None, None
@@ -105,8 +110,8 @@ def over_quota(home: Path, requested: int, what: str) -> ProblemError:
         finally:
             os.close(fd)
     return STORAGE_FULL(
-        f"{what}: the storage quota of {home.name} is used up ({used} of {limit} bytes, "
-        f"{requested} more requested); nothing was placed, and what was received is kept.",
+        f"{what}: the storage quota of {home.name} is used up ({_readable(used)} of {_readable(limit)}, "
+        f"{readable_bytes(requested)} more requested); nothing was placed, and what was received is kept.",
         requested=requested,
         used=used,
         limit=limit,

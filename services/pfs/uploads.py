@@ -33,6 +33,7 @@ import structlog
 from paddlecloud.common import errors
 from paddlecloud.common.errors import ProblemError
 from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.quantity import readable_bytes
 from paddlecloud.common.store import Store
 from paddlecloud.common.volume import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
 
@@ -409,9 +410,10 @@ class Uploads:
         used = (await self.usage.of(user)).bytes
         reserved = self._reserved(user, exclude)
         if used + reserved + requested > limit:
+            held = f", {readable_bytes(reserved)} held by unfinished uploads" if reserved else ""
             raise errors.QUOTA_EXCEEDED(
-                f"Uploading {requested} bytes would take {user}'s storage over its quota: "
-                f"{used} bytes are used and {reserved} reserved by unfinished uploads, of {limit}.",
+                f"Uploading {readable_bytes(requested)} would take {user}'s storage over its quota of "
+                f"{readable_bytes(limit)}: {readable_bytes(used)} in use{held}.",
                 requested=requested,
                 used=used,
                 reserved=reserved,

@@ -177,6 +177,7 @@ async def test_a_write_over_the_ceph_quota_is_507_and_nothing_is_lost(platform: 
     body = await problem(resp, 507, "ERR_STORAGE_FULL")
     assert body["limit"] == quota and body["requested"] == len(data)
     assert body["used"] >= 3 * MIB
+    assert "of 4.0 MiB, 2.0 MiB more requested)" in body["detail"], body["detail"]  # not in bytes
     # Nothing half-written: the destination is absent, no temporary file is left beside it,
     # and what was there before is intact.
     assert sorted(os.listdir(platform.home("alice"))) == ["from-a-job.bin", "kept.bin"]

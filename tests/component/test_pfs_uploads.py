@@ -26,6 +26,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
+from paddlecloud.common.quantity import readable_bytes
 from paddlecloud.common.store import Quota, Store, Token, User, open_store
 from paddlecloud.common.store.models import utcnow
 from paddlecloud.gateway.accounts import hash_token
@@ -406,6 +407,11 @@ async def test_quota_counts_the_home_and_unfinished_uploads(platform: Platform) 
     body = await problem(resp, 403, "ERR_QUOTA_EXCEEDED")
     figures = (body["requested"], body["used"], body["reserved"], body["limit"])
     assert figures == (left + 1, used, 5 * block, 10 * block)
+    # The figures as a person reads them (the exact bytes are in the fields above).
+    assert body["detail"] == (
+        f"Uploading {readable_bytes(left + 1)} would take alice's storage over its quota of 40.0 KiB: "
+        f"{readable_bytes(used)} in use, 20.0 KiB held by unfinished uploads."
+    )
     # Exactly what is left still fits.
     await platform.new_upload(alice, "/pfs/dc1/home/alice/c", left)
     # Another user's quota is their own.

@@ -236,6 +236,7 @@ def test_a_parameter_server_the_platform_stopped_shows_stopped(
         "--datacenter", "as-alice", "submit", "-f", "--jobname", "with-ps", "--pservers", "1", str(package)
     )
     page = context.new_page()
+    page.set_viewport_size({"width": 1400, "height": 900})
     sign_in(page, platform, "alice")
     page.goto(platform.endpoint + "/jobs/with-ps")
     ready(page)
@@ -245,6 +246,17 @@ def test_a_parameter_server_the_platform_stopped_shows_stopped(
     assert "STOPPED" in row.inner_text()
     assert page.locator("#job-workers tr[data-worker='trainer-0'][data-state='SUCCEEDED']").count() == 1
     page.get_by_text("pserver-0 stopped by the platform: every trainer exited 0").first.wait_for()
+
+    # On a laptop's screen (1400 by 900) at least half the log view is on the first
+    # screenful, below the job's workers and events.
+    page.locator("#log-lines .line", has_text="trained").wait_for()
+    box = page.locator("#log-lines").bounding_box()
+    assert box is not None and page.evaluate("window.scrollY") == 0
+    assert box["y"] + box["height"] / 2 <= 900, f"the log view starts at y={box['y']}"
+    # The events scroll in their own box, which shows the newest.
+    events = page.locator("#job-events").locator("xpath=ancestor::div[1]")
+    at_end = "e => e.scrollHeight > e.clientHeight && e.scrollTop + e.clientHeight >= e.scrollHeight - 1"
+    assert events.evaluate(at_end)
 
 
 def test_an_upload_survives_a_reload_and_comes_back_identical(
@@ -290,6 +302,66 @@ def test_an_upload_survives_a_reload_and_comes_back_identical(
     saved = tmp_path / "downloaded.bin"
     download.value.save_as(saved)
     assert hashlib.sha256(saved.read_bytes()).hexdigest() == digest
+
+
+def test_uploads_that_cannot_succeed_say_why_at_once_and_a_missing_folder_takes_none(
+    platform: Any, context: Any, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("first notes\n")
+    page = context.new_page()
+    sign_in(page, platform, "alice")
+    page.goto(platform.endpoint + "/files")
+    ready(page)
+    creates: list[str] = []  # the tus creation requests the page sends
+
+    def count_creates(request: Any) -> None:
+        if request.method == "POST" and request.url.endswith("/api/v1/pfs/uploads"):
+            creates.append(request.url)
+
+    page.on("request", count_creates)
+    rows = page.locator("#upload-list li")
+    page.set_input_files("#upload-files", str(notes))
+    page.locator("#upload-list li[data-state='done']").wait_for()
+
+    # A confirmation asks, with no text field; renaming asks for the new name.
+    page.locator("tr[data-path$='/notes.txt'] button", has_text="Delete").click()
+    page.locator("#confirm[open]").wait_for()
+    assert page.locator("#confirm-input").is_hidden()
+    page.click("#confirm button[value=cancel]")
+    page.locator("tr[data-path$='/notes.txt'] button", has_text="Rename").click()
+    assert page.locator("#confirm-input").is_visible()
+    assert page.inner_text("#confirm-input-label") == "New name"
+    page.click("#confirm button[value=cancel]")
+
+    # The same file again: refused by the server once, not retried, and the row says what to do.
+    page.set_input_files("#upload-files", str(notes))
+    rows.nth(1).locator("xpath=self::li[@data-state='failed']").wait_for()
+    assert len(creates) == 2, creates
+    assert "replace existing files" in rows.nth(1).inner_text()
+    page.check("#upload-overwrite")
+    page.set_input_files("#upload-files", str(notes))
+    rows.nth(2).locator("xpath=self::li[@data-state='done']").wait_for()
+
+    # Over the storage quota: the refusal reads in units, not in bytes.
+    platform.cli("users", "quota", "alice", "-storage", "2Mi")
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 3_000_000)
+    page.set_input_files("#upload-files", str(big))
+    rows.nth(3).locator("xpath=self::li[@data-state='failed']").wait_for()
+    refusal = rows.nth(3).inner_text()
+    assert "Uploading 2.9 MiB would take alice's storage over its quota of 2.0 MiB" in refusal, refusal
+    assert "3000000" not in refusal
+
+    # A folder that does not exist: one notice, nothing to upload into.
+    missing = f"/pfs/{DC}/home/alice/no/such"
+    page.goto(platform.endpoint + f"/files?path={missing}")
+    ready(page)
+    page.locator("#files-message.error").wait_for()
+    assert page.inner_text("#files-message") == "No such folder."
+    assert page.inner_text("#crumbs") == "home / no / such"
+    for hidden in ("#files-tools", "#files-table", "#drop-hint"):
+        assert page.locator(hidden).is_hidden(), hidden
 
 
 def test_a_user_cannot_open_another_users_job_or_files_by_url(
@@ -356,12 +428,21 @@ def test_a_cross_site_post_without_the_csrf_token_is_refused(platform: Any, cont
     page.locator(f"tr[data-path='/pfs/{DC}/home/alice/made-by-alice']").wait_for()
 
 
-def test_the_quota_page_says_what_is_only_advisory_here(platform: Any, context: Any) -> None:
+def test_the_quota_page_reads_in_units_and_says_what_is_only_advisory_here(
+    platform: Any, context: Any, tmp_path: Path
+) -> None:
+    platform.cli("users", "quota", "alice", "-storage", "2Mi", "-memory", "1500M")
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"x" * 1_500_000)
+    platform.cli("--datacenter", "as-alice", "cp", str(data), "pfs:data.bin")
     page = context.new_page()
     sign_in(page, platform, "alice")
     page.goto(platform.endpoint + "/quota")
     ready(page)
     page.wait_for_selector("#quota-notes li")
+    # The API's quantities ("1503232" bytes in use) read as people read sizes.
+    assert page.inner_text("dd[data-resource=storage]") == "1.4 MiB of 2.0 MiB"
+    assert page.inner_text("dd[data-resource=memory]") == "0 B of 1.4 GiB"
     notes = page.inner_text("#quota-notes")
     # A local PFS root has no filesystem quota: jobs' own writes are not stopped.
     assert "Storage quota: advisory here" in notes, notes

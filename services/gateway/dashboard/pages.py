@@ -187,10 +187,10 @@ async def files_page(request: web.Request) -> web.Response:
 </div>
 <div id="dropzone" class="dropzone">
 <p id="files-message" class="notice" hidden></p>
-<div class="table-wrap"><table class="files">
+<div id="files-table" class="table-wrap"><table class="files">
 <thead><tr><th>Name</th><th>Size</th><th>Modified</th><th></th></tr></thead>
 <tbody id="files-body"></tbody></table></div>
-<p class="muted drop-hint">Drop files or folders here to upload them into this folder.</p>
+<p id="drop-hint" class="muted drop-hint">Drop files or folders here to upload them into this folder.</p>
 </div>
 <section id="uploads" hidden><h2>Uploads</h2><ul id="upload-list" class="uploads"></ul></section>
 </section>

@@ -2,10 +2,11 @@
 // and uploads of files and folders (picked or dropped) with a progress bar each.
 import { ApiError, api, pfsUrl } from "./api.js";
 import { $, ask, bytes, h, showError, when } from "./ui.js";
-import { uploadFile } from "./upload.js";
+import { problemOf, uploadFile } from "./upload.js";
 
 let data;
 let current;
+let missing = false; // the current folder answered 404
 
 const parentOf = (path) => path.slice(0, path.lastIndexOf("/"));
 const join = (dir, name) => `${dir}/${name}`;
@@ -60,12 +61,25 @@ function message(text, isError = false) {
   element.classList.toggle("error", isError);
 }
 
+// Whether the current folder can take uploads and new folders: it is the user's and it exists.
+function canWrite() {
+  return writable(current) && !missing;
+}
+
+// A folder that is not there has nothing to list and nothing to upload into (an upload
+// would make it silently): one notice, the crumbs above it to go back, and no tools.
+function showMissing(error) {
+  missing = true;
+  const known = current.startsWith(`${data.home}/`) || current.startsWith(`${data.public}/`);
+  message(known && error.code === "ERR_PATH_NOT_FOUND" ? "No such folder." : error.message, true);
+}
+
 async function list() {
   $("crumbs").replaceChildren(...crumbs(current));
-  $("files-tools").hidden = !writable(current);
   message("");
   try {
     const listing = await api(pfsUrl("ls", current));
+    missing = false;
     const entries = listing.entries.filter((e) => e.path !== current);
     entries.sort((a, b) => (b.type === "dir") - (a.type === "dir") || a.name.localeCompare(b.name));
     $("files-body").replaceChildren(...entries.map(entryRow));
@@ -74,13 +88,17 @@ async function list() {
     $("files-body").replaceChildren();
     if (error instanceof ApiError && error.status === 404 && current === data.home) {
       message("Your home is empty: it is made on your first upload.");
-    } else if (error instanceof ApiError && (error.status === 403 || error.status === 404)) {
-      $("files-tools").hidden = true;
+    } else if (error instanceof ApiError && error.status === 404) {
+      showMissing(error);
+    } else if (error instanceof ApiError && error.status === 403) {
       message(`You cannot open ${current}: ${error.message}`, true);
     } else {
       message(error.message, true);
     }
   }
+  $("files-tools").hidden = !canWrite();
+  $("files-table").hidden = missing;
+  $("drop-hint").hidden = !canWrite();
 }
 
 async function act(work) {
@@ -126,6 +144,16 @@ function enqueue(file, relative) {
   if (!busy) drain();
 }
 
+// Why an upload failed, in the page's words: the server's detail speaks tus ("metadata
+// 'overwrite 1'"), while here the way to replace a file is the checkbox above the list.
+function uploadFailure(error) {
+  const problem = problemOf(error);
+  if (problem.code === "ERR_ALREADY_EXISTS") {
+    return "a file of this name is already here; tick “replace existing files” to replace it.";
+  }
+  return problem.detail || error.message; // not a problem document: tus-js-client's own words
+}
+
 async function drain() {
   busy = true;
   while (queue.length) {
@@ -159,14 +187,7 @@ async function drain() {
       set("done", `done, sha256 ${sha ? sha.slice(0, 12) : "verified"}…`);
       if (parentOf(dest) === current || dest.startsWith(`${current}/`)) await list();
     } catch (error) {
-      const detail = error.originalResponse?.getBody?.() || "";
-      let text = error.message;
-      try {
-        text = JSON.parse(detail).detail || text;
-      } catch {
-        // not a problem document: keep tus-js-client's own words
-      }
-      set("failed", `failed: ${text}`);
+      set("failed", `failed: ${uploadFailure(error)}`);
     }
   }
   busy = false;
@@ -195,7 +216,7 @@ async function walk(entry, prefix) {
 function setUpDrop() {
   const zone = $("dropzone");
   zone.addEventListener("dragover", (event) => {
-    if (!writable(current)) return;
+    if (!canWrite()) return;
     event.preventDefault();
     zone.classList.add("over");
   });
@@ -203,7 +224,7 @@ function setUpDrop() {
   zone.addEventListener("drop", async (event) => {
     event.preventDefault();
     zone.classList.remove("over");
-    if (!writable(current)) return;
+    if (!canWrite()) return;
     const entries = [...event.dataTransfer.items].map((item) => item.webkitGetAsEntry?.()).filter(Boolean);
     if (entries.length) for (const entry of entries) await walk(entry, "");
     else for (const file of event.dataTransfer.files) enqueue(file, file.name);

@@ -146,7 +146,11 @@ export function start(data) {
     $("job-kill").hidden = final;
     $("job-remove").textContent = final ? "Remove" : "Kill and remove";
     $("job-workers").replaceChildren(...(job.workers || []).map(workerRow));
+    // The events' box scrolls: it keeps showing the newest unless the reader scrolled up.
+    const events = $("job-events").closest(".table-wrap");
+    const stick = events.scrollTop + events.clientHeight >= events.scrollHeight - 8;
     $("job-events").replaceChildren(...(job.events || []).map(eventRow));
+    if (stick) events.scrollTop = events.scrollHeight;
     $("job-spec").replaceChildren(...specList(job.spec || {}));
     logs.addWorkers((job.workers || []).map((w) => w.name));
   }

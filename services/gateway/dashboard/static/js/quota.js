@@ -1,7 +1,7 @@
 // Quota as bars of use against the limits; administrators also see every user's quota
 // and can change it.
 import { api } from "./api.js";
-import { $, h } from "./ui.js";
+import { $, bytes, h } from "./ui.js";
 
 const RESOURCES = [
   ["cpu", "CPU"],
@@ -22,10 +22,19 @@ export function quantity(value) {
   return Number(match[1]) * (match[2] ? (SUFFIXES[match[2]] ?? Number.NaN) : 1);
 }
 
+// The API answers Kubernetes quantities, which for bytes in use are often just digits
+// ("1500000"); people read sizes as "1.4 MiB".
+const SIZES = new Set(["memory", "storage"]);
+
+export function shown(key, value) {
+  return SIZES.has(key) && value !== null && value !== undefined ? bytes(quantity(value)) : value;
+}
+
 function bar(key, label, usage) {
   const used = quantity(usage.used);
   const limit = quantity(usage.limit);
-  const text = limit === null ? `${usage.used} used, no limit` : `${usage.used} of ${usage.limit}`;
+  const [usedText, limitText] = [shown(key, usage.used), shown(key, usage.limit)];
+  const text = limit === null ? `${usedText} used, no limit` : `${usedText} of ${limitText}`;
   const meter =
     limit === null
       ? h("span", { class: "muted" }, "unlimited")
@@ -53,7 +62,8 @@ async function showQuota() {
 
 function userRow(user, edit) {
   const q = user.quota;
-  const cell = (v) => h("td", {}, v ?? "—");
+  // Sizes read as people read them; the exact quantity (what Edit takes) is the tooltip.
+  const cell = (v, key = "") => h("td", { title: SIZES.has(key) ? v : null }, shown(key, v) ?? "—");
   return h(
     "tr",
     { dataset: { user: user.name } },
@@ -61,9 +71,9 @@ function userRow(user, edit) {
     h("td", {}, user.admin ? "yes" : ""),
     cell(q.cpu),
     cell(q.gpu),
-    cell(q.memory),
+    cell(q.memory, "memory"),
     cell(q.jobs),
-    cell(q.storage),
+    cell(q.storage, "storage"),
     h("td", {}, h("button", { class: "link", onclick: () => edit(user) }, "Edit")),
   );
 }

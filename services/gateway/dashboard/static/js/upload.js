@@ -8,6 +8,26 @@ import { crc32Base64, sha256OfBlob } from "./hash.js";
 
 export const CHUNK_SIZE = 8 * 1024 * 1024;
 
+// The problem document (RFC 9457) a failed tus request answered, or {} if it was none.
+export function problemOf(error) {
+  try {
+    return JSON.parse(error.originalResponse?.getBody?.() || "") || {};
+  } catch {
+    return {};
+  }
+}
+
+// tus-js-client retries a 409 like a dropped connection by default, five times over 19 s.
+// Here a 409 is an answer, not a hiccup — the file exists, or a folder is in the way — with
+// one exception: a mismatched offset, which the retry's HEAD puts right (the tus way).
+// Everything else keeps tus-js-client's own rule: retry unless a 4xx other than 423 (busy).
+export function shouldRetry(error) {
+  const status = error.originalResponse?.getStatus() ?? 0;
+  if (status === 409) return problemOf(error).code === "ERR_MISMATCHED_OFFSET";
+  const final = status >= 400 && status < 500 && status !== 423;
+  return !final && navigator.onLine !== false;
+}
+
 // Wraps tus-js-client's HTTP stack to add `Upload-Checksum` to every chunk it sends.
 class ChecksummingStack {
   constructor(inner) {
@@ -45,6 +65,7 @@ export function uploadFile(file, dest, { user, overwrite = false, on }) {
       endpoint: `${location.origin}/api/v1/pfs/uploads`,
       chunkSize: CHUNK_SIZE,
       retryDelays: [0, 1000, 3000, 5000, 10000],
+      onShouldRetry: shouldRetry,
       headers: headers("POST"),
       metadata,
       // One user, one destination, one file version: never resume someone else's upload
