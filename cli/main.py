@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import traceback
@@ -180,6 +179,9 @@ def main(
             args = parser.parse_args(list(argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+
+    # Here, not at the top: `--help` and usage errors need no event loop (start-up time).
+    import asyncio
 
     ctx = Context(
         prog=prog, env=env, stdout=stdout, stderr=stderr, stdin=stdin, options=args, on_chunk=on_chunk

@@ -9,18 +9,20 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..answers import FINAL_STATES, DryRun, Job, Quota
-from ..client import AsyncClient, SubmitSteps
 from ..context import Context, UsageError
 from ..errors import PaddleCloudError
 from ..flags import ArgumentParser, add_flag
 from ..output import FORMATS, Column, cell, render_data, render_record, render_table
-from ..package import BIG_PACKAGE, IGNORE_FILE, Package
+from ..package import BIG_PACKAGE, IGNORE_FILE, Package, SubmitSteps
 from ..paddlejob import pfs_package
 from ..progress import Progress, human_size, plural
 from . import CommandTree
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
 
 ORDER = 20
 

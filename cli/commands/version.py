@@ -3,22 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import json
+import secrets
 from typing import Any
+from urllib.parse import urlsplit
 
 from .. import __version__
+from ..answers import Version
+from ..config import DEFAULT_TIMEOUT
 from ..context import Context
-from ..errors import PaddleCloudError
+from ..errors import ConnectionProblem, PaddleCloudError
 from . import CommandTree
 
 ORDER = 90
+VERSION_PATH = "/api/v1/version"
+# Far more than a version answer; a server that sends more is not a PaddleCloud gateway.
+MAX_ANSWER = 64 * 1024
 
 
 async def version(ctx: Context, args: argparse.Namespace) -> int:
+    import asyncio  # here, not at the top: `--help` needs no event loop (start-up time)
+
     data: dict[str, Any] = {"client": {"version": __version__}, "server": None}
     try:
-        client = ctx.client(anonymous_ok=True)
-        server = data["server"] = await client.version()
-        data["endpoint"] = client.endpoint
+        endpoint = ctx.endpoint()
+        server = await asyncio.to_thread(_ask, endpoint, ctx)
+        if server is None:
+            # Anything but a plain answer is asked again by the client, which says what went
+            # wrong as every other command does (and logs in, should a server insist).
+            client = ctx.client(anonymous_ok=True)
+            server = await client.version()
+            endpoint = client.endpoint
+        data["server"] = server
+        data["endpoint"] = endpoint
     except PaddleCloudError:
         # The client's own version is worth printing even when the server is out of reach;
         # the failure then gets its one line on stderr and its exit status from main().
@@ -27,6 +44,55 @@ async def version(ctx: Context, args: argparse.Namespace) -> int:
     api = f" (API {server.api})" if server.api else ""
     ctx.emit(data, lambda: f"Client: {__version__}\nServer: {server.version}{api} at {ctx.where()}")
     return 0
+
+
+def _ask(endpoint: str, ctx: Context) -> Version | None:
+    """The server's version through the standard library's HTTP client, or None where it did
+    not answer plainly (refused, TLS, an error status, not JSON).
+
+    `version` is what scripts and health checks run in loops, and the server's version needs no
+    login: importing aiohttp, which builds TLS contexts at import, would cost more than the rest
+    of the command (docs/performance.md, "CLI start-up").
+    """
+    import http.client
+
+    url = urlsplit(endpoint)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return None
+    connection: http.client.HTTPConnection
+    try:
+        if url.scheme == "https":
+            import ssl
+
+            connection = http.client.HTTPSConnection(
+                url.hostname, url.port, timeout=DEFAULT_TIMEOUT, context=ssl.create_default_context()
+            )
+        else:
+            connection = http.client.HTTPConnection(url.hostname, url.port, timeout=DEFAULT_TIMEOUT)
+    except ValueError:  # a port out of range: the client words it
+        return None
+    request_id = secrets.token_hex(16)
+    headers = {"X-Request-ID": request_id, "User-Agent": f"paddlecloud/{__version__}"}
+    try:
+        connection.request("GET", url.path.rstrip("/") + VERSION_PATH, headers=headers)
+        response = connection.getresponse()
+        body = response.read(MAX_ANSWER)
+    except TimeoutError:
+        # Asking again would only wait as long a second time.
+        raise ConnectionProblem(endpoint, f"no answer within {DEFAULT_TIMEOUT:g}s") from None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+    request_id = response.getheader("X-Request-ID") or request_id
+    ctx.log(f"GET {endpoint}{VERSION_PATH} -> {response.status} (request id {request_id})")
+    if response.status != 200:
+        return None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    return Version.from_dict(answer) if isinstance(answer, dict) else None
 
 
 def register(tree: CommandTree) -> None:
