@@ -46,9 +46,10 @@ from .errors import (
     UnexpectedAnswer,
     summarize_body,
 )
-from .package import PACKAGE_DIR, Package, SubmitSteps, prepare
+from .package import PACKAGE_DIR, Package, prepare
 from .paddlejob import JobWaitTimeout, LogStreamLost
 from .progress import Progress
+from .steps import SubmitSteps
 from .transfer import DEFAULT_JOBS, STATE_FILE, ResumeState, TransferFailed, TransferReport, Transfers
 
 __all__ = [

@@ -36,12 +36,11 @@ import tarfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Literal
+from typing import BinaryIO, Literal
+
+import pathspec
 
 from .errors import PaddleCloudError
-
-if TYPE_CHECKING:
-    from .progress import Progress
 
 IGNORE_FILE = ".paddlecloudignore"
 # Left out unless `.paddlecloudignore` re-includes them (`!.venv`): version control, virtual
@@ -84,8 +83,6 @@ class IgnoreRules:
     paths relative to the package's top."""
 
     def __init__(self, patterns: Iterable[str]) -> None:
-        import pathspec  # only a command that packs pays for it (start-up time)
-
         self.spec = pathspec.GitIgnoreSpec.from_lines(patterns)
 
     @classmethod
@@ -355,36 +352,3 @@ def prepare(source: Path, workdir: Path) -> Package:
     if source.exists():
         raise PackageError(f"{source}: a package is a directory, or a .tar.gz, .tgz or .zip archive")
     raise PackageError(f"{source}: no such directory (a package already on PFS is /pfs/... or pfs:...)")
-
-
-# --- placing it ---------------------------------------------------------------------------------
-
-
-# Here rather than in the client, which subclassers (the CLI's `submit`) would otherwise import
-# with aiohttp at start-up.
-class SubmitSteps:
-    """What placing a job package tells its caller as it goes; this base says nothing.
-
-    `place_package` calls `remote` for a PFS path; for a local one `packed` once it is packed,
-    then `found` (PFS holds it), `would_upload` (no upload asked for) or `uploading`, whose
-    answer is the progress the upload shows (`progress`, given here, by default).
-    """
-
-    def __init__(self, progress: Progress | None = None) -> None:
-        self.progress = progress
-
-    def remote(self, path: str) -> None:
-        """The package is already on PFS, at `path`."""
-
-    def packed(self, pkg: Package, source: str) -> None:
-        """The local `source` was packed (or an archive taken as it is) into `pkg`."""
-
-    def found(self, path: str) -> None:
-        """PFS already holds that exact package, at `path`."""
-
-    def would_upload(self, pkg: Package, path: str) -> None:
-        """The package is not on PFS, and no upload was asked for; it would go to `path`."""
-
-    def uploading(self, pkg: Package, path: str) -> Progress | None:
-        """The package is about to be uploaded to `path`; returns the progress to show."""
-        return self.progress

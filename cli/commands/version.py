@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
+import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from .. import __version__
-from ..answers import Version
 from ..config import DEFAULT_TIMEOUT
 from ..context import Context
 from ..errors import ConnectionProblem, PaddleCloudError
@@ -27,7 +27,7 @@ async def version(ctx: Context, args: argparse.Namespace) -> int:
     data: dict[str, Any] = {"client": {"version": __version__}, "server": None}
     try:
         endpoint = ctx.endpoint()
-        server = await asyncio.to_thread(_ask, endpoint, ctx)
+        server: Mapping[str, Any] | None = await asyncio.to_thread(_ask, endpoint, ctx)
         if server is None:
             # Anything but a plain answer is asked again by the client, which says what went
             # wrong as every other command does (and logs in, should a server insist).
@@ -41,12 +41,13 @@ async def version(ctx: Context, args: argparse.Namespace) -> int:
         # the failure then gets its one line on stderr and its exit status from main().
         ctx.emit(data, lambda: f"Client: {__version__}")
         raise
-    api = f" (API {server.api})" if server.api else ""
-    ctx.emit(data, lambda: f"Client: {__version__}\nServer: {server.version}{api} at {ctx.where()}")
+    # A map either way (the client's `Version` is one too): the answer types cost start-up time.
+    api = f" (API {server['api']})" if server.get("api") else ""
+    ctx.emit(data, lambda: f"Client: {__version__}\nServer: {server.get('version')}{api} at {ctx.where()}")
     return 0
 
 
-def _ask(endpoint: str, ctx: Context) -> Version | None:
+def _ask(endpoint: str, ctx: Context) -> dict[str, Any] | None:
     """The server's version through the standard library's HTTP client, or None where it did
     not answer plainly (refused, TLS, an error status, not JSON).
 
@@ -71,7 +72,7 @@ def _ask(endpoint: str, ctx: Context) -> Version | None:
             connection = http.client.HTTPConnection(url.hostname, url.port, timeout=DEFAULT_TIMEOUT)
     except ValueError:  # a port out of range: the client words it
         return None
-    request_id = secrets.token_hex(16)
+    request_id = os.urandom(16).hex()  # as the client's uuid4().hex; `secrets` costs start-up time
     headers = {"X-Request-ID": request_id, "User-Agent": f"paddlecloud/{__version__}"}
     try:
         connection.request("GET", url.path.rstrip("/") + VERSION_PATH, headers=headers)
@@ -92,7 +93,7 @@ def _ask(endpoint: str, ctx: Context) -> Version | None:
         answer = json.loads(body)
     except ValueError:
         return None
-    return Version.from_dict(answer) if isinstance(answer, dict) else None
+    return answer if isinstance(answer, dict) else None
 
 
 def register(tree: CommandTree) -> None:
