@@ -162,5 +162,7 @@ class Context:
             await self._client.close()
 
 
-# A command: parsed arguments in, exit status out.
-Handler = Callable[[Context, argparse.Namespace], Awaitable[int]]
+# A command: parsed arguments in, exit status out; a coroutine, run on an event loop made for it,
+# or the status at once from a command that needs no loop and no client (`version`'s quick path:
+# asyncio alone is a good part of a command's start-up).
+Handler = Callable[[Context, argparse.Namespace], Awaitable[int] | int]

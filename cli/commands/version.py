@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,27 +21,42 @@ VERSION_PATH = "/api/v1/version"
 MAX_ANSWER = 64 * 1024
 
 
-async def version(ctx: Context, args: argparse.Namespace) -> int:
-    import asyncio  # here, not at the top: `--help` needs no event loop (start-up time)
-
+def version(ctx: Context, args: argparse.Namespace) -> int | Awaitable[int]:
+    """Asks with the standard library, and answers at once when the server answers plainly;
+    anything else is asked again through the client (a coroutine for main's event loop), which
+    says what went wrong as every other command does, and logs in should a server insist."""
     data: dict[str, Any] = {"client": {"version": __version__}, "server": None}
     try:
         endpoint = ctx.endpoint()
-        server: Mapping[str, Any] | None = await asyncio.to_thread(_ask, endpoint, ctx)
-        if server is None:
-            # Anything but a plain answer is asked again by the client, which says what went
-            # wrong as every other command does (and logs in, should a server insist).
-            client = ctx.client(anonymous_ok=True)
-            server = await client.version()
-            endpoint = client.endpoint
-        data["server"] = server
-        data["endpoint"] = endpoint
+        server = _ask(endpoint, ctx)
     except PaddleCloudError:
-        # The client's own version is worth printing even when the server is out of reach;
-        # the failure then gets its one line on stderr and its exit status from main().
-        ctx.emit(data, lambda: f"Client: {__version__}")
+        _client_only(ctx, data)
         raise
+    if server is None:
+        return _through_client(ctx, data)
+    return _show(ctx, data, server, endpoint)
+
+
+async def _through_client(ctx: Context, data: dict[str, Any]) -> int:
+    try:
+        client = ctx.client(anonymous_ok=True)
+        server = await client.version()
+    except PaddleCloudError:
+        _client_only(ctx, data)
+        raise
+    return _show(ctx, data, server, client.endpoint)
+
+
+def _client_only(ctx: Context, data: dict[str, Any]) -> None:
+    # The client's own version is worth printing even when the server is out of reach; the
+    # failure then gets its one line on stderr and its exit status from main().
+    ctx.emit(data, lambda: f"Client: {__version__}")
+
+
+def _show(ctx: Context, data: dict[str, Any], server: Mapping[str, Any], endpoint: str) -> int:
     # A map either way (the client's `Version` is one too): the answer types cost start-up time.
+    data["server"] = server
+    data["endpoint"] = endpoint
     api = f" (API {server['api']})" if server.get("api") else ""
     ctx.emit(data, lambda: f"Client: {__version__}\nServer: {server.get('version')}{api} at {ctx.where()}")
     return 0

@@ -76,11 +76,13 @@ def test_help_imports_no_client_no_server_and_no_yaml(tmp_path: Path) -> None:
     assert "submit" in result.stdout and "server" in result.stdout
 
 
-def test_version_against_a_server_imports_neither_aiohttp_nor_the_server(server_factory: Any) -> None:
+def test_version_against_a_server_imports_neither_aiohttp_nor_asyncio_nor_the_server(
+    server_factory: Any,
+) -> None:
     server = server_factory()
     result, modules = imported(server.home, "version")
     assert result.returncode == 0, result.stderr
-    assert heavy(modules) == []
+    assert heavy(modules, "asyncio") == []
     assert (
         result.stdout
         == f"Client: {__version__}\nServer: {__version__} (API v1) at datacenter1 ({server.endpoint})\n"
