@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("gateway", "pfs", "jobs", "builder")
+BENCHMARKS = ("gateway", "pfs", "jobs", "builder", "cli")
 
 
 def main() -> int:

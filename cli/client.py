@@ -36,7 +36,7 @@ from .answers import (
     Whoami,
     Worker,
 )
-from .config import TokenCache, config_path, load_config, paddle_home, token_cache_path
+from .config import DEFAULT_TIMEOUT, TokenCache, config_path, load_config, paddle_home, token_cache_path
 from .errors import (
     MAX_ERROR_BODY,
     ApiError,
@@ -49,6 +49,7 @@ from .errors import (
 from .package import PACKAGE_DIR, Package, prepare
 from .paddlejob import JobWaitTimeout, LogStreamLost
 from .progress import Progress
+from .steps import SubmitSteps
 from .transfer import DEFAULT_JOBS, STATE_FILE, ResumeState, TransferFailed, TransferReport, Transfers
 
 __all__ = [
@@ -72,7 +73,6 @@ __all__ = [
 ]
 
 API_PREFIX = "/api/v1/"
-DEFAULT_TIMEOUT = 30.0
 REQUEST_ID_HEADER = "X-Request-ID"
 QUOTA_KEYS = ("cpu", "gpu", "memory", "jobs", "storage")
 USER_AGENT = f"paddlecloud/{__version__} aiohttp/{aiohttp.__version__}"
@@ -143,34 +143,6 @@ class _SlicedBody(aiohttp.payload.Payload):
         view = memoryview(self._value)[:content_length]
         for at in range(0, len(view), BODY_SLICE):
             await writer.write(view[at : at + BODY_SLICE])
-
-
-class SubmitSteps:
-    """What placing a job package tells its caller as it goes; this base says nothing.
-
-    `place_package` calls `remote` for a PFS path; for a local one `packed` once it is packed,
-    then `found` (PFS holds it), `would_upload` (no upload asked for) or `uploading`, whose
-    answer is the progress the upload shows (`progress`, given here, by default).
-    """
-
-    def __init__(self, progress: Progress | None = None) -> None:
-        self.progress = progress
-
-    def remote(self, path: str) -> None:
-        """The package is already on PFS, at `path`."""
-
-    def packed(self, pkg: Package, source: str) -> None:
-        """The local `source` was packed (or an archive taken as it is) into `pkg`."""
-
-    def found(self, path: str) -> None:
-        """PFS already holds that exact package, at `path`."""
-
-    def would_upload(self, pkg: Package, path: str) -> None:
-        """The package is not on PFS, and no upload was asked for; it would go to `path`."""
-
-    def uploading(self, pkg: Package, path: str) -> Progress | None:
-        """The package is about to be uploaded to `path`; returns the progress to show."""
-        return self.progress
 
 
 class AsyncClient:

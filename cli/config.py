@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from .errors import PaddleCloudError
 
 CONFIG_ENV = "PADDLE_CONFIG"
@@ -25,6 +23,11 @@ TOP_KEYS = ("datacenters", "current-datacenter")
 # A cached token this close to its expiry is treated as gone: logging in now is cheaper than a
 # request that fails with 401 half-way through.
 EXPIRY_LEEWAY = timedelta(seconds=30)
+# Files a transfer moves at once unless told (`-j`, `jobs=`): the transfers' default, here so
+# that the CLI's flags can show it without importing the transfers (start-up time).
+DEFAULT_JOBS = 4
+# Seconds a client waits to connect or for the next bytes of an answer (`AsyncClient(timeout=)`).
+DEFAULT_TIMEOUT = 30.0
 
 EXAMPLE_CONFIG = """\
 datacenters:
@@ -163,6 +166,8 @@ def load_config(path: Path) -> ClientConfig:
 
 
 def parse_config(text: str, path: Path) -> ClientConfig:
+    import yaml  # imported here, as in save_config: `paddlecloud --help` needs no YAML (start-up time)
+
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -246,6 +251,8 @@ def loose_permissions(path: Path) -> int | None:
 
 def save_config(config: ClientConfig) -> None:
     """Write the config atomically with mode 0600: it holds passwords."""
+    import yaml
+
     text = yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
     atomic_write(config.path, text.encode("utf-8"))
 

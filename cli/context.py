@@ -6,9 +6,8 @@ import argparse
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .client import AsyncClient
 from .config import (
     ClientConfig,
     ConfigMissing,
@@ -22,6 +21,10 @@ from .config import (
 from .errors import PaddleCloudError
 from .flags import as_program
 from .output import render_data
+
+if TYPE_CHECKING:
+    # aiohttp alone costs more start-up than a command may: imported when a command asks for a client.
+    from .client import AsyncClient
 
 
 class UsageError(PaddleCloudError):
@@ -116,6 +119,8 @@ class Context:
         the client then carries no credentials (for calls such as `version`).
         """
         if self._client is None:
+            from .client import AsyncClient
+
             try:
                 datacenter = self.datacenter()
             except ConfigMissing:
@@ -134,18 +139,30 @@ class Context:
                 )
         return self._client
 
+    def endpoint(self) -> str:
+        """The URL `client(anonymous_ok=True)` talks to, as it spells it, without making the client
+        (`version` needs none)."""
+        try:
+            return self.datacenter().endpoint.rstrip("/")
+        except ConfigMissing:
+            if not self.endpoint_override:
+                raise
+            return self.endpoint_override.rstrip("/")
+
     def where(self) -> str:
         """`datacenter1 (http://...)` for messages, or just the endpoint when there is no config."""
-        client = self.client(anonymous_ok=True)
+        endpoint = self.endpoint()
         try:
-            return f"{self.datacenter().name} ({client.endpoint})"
-        except PaddleCloudError:
-            return client.endpoint
+            return f"{self.datacenter().name} ({endpoint})"
+        except ConfigMissing:
+            return endpoint
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
 
 
-# A command: parsed arguments in, exit status out.
-Handler = Callable[[Context, argparse.Namespace], Awaitable[int]]
+# A command: parsed arguments in, exit status out; a coroutine, run on an event loop made for it,
+# or the status at once from a command that needs no loop and no client (`version`'s quick path:
+# asyncio alone is a good part of a command's start-up).
+Handler = Callable[[Context, argparse.Namespace], Awaitable[int] | int]

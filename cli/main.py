@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from typing import TextIO
 
 from . import __version__
 from .commands import CommandTree, register_all
 from .config import CONFIG_ENV, ConfigMissing, check_endpoint
-from .context import Context, Handler, UsageError
+from .context import Context, UsageError
 from .errors import ApiError, ConnectionProblem, CredentialsMissing, PaddleCloudError, one_line
 from .flags import ArgumentParser, add_flag, as_program
 from .output import FORMATS
@@ -185,8 +184,14 @@ def main(
         prog=prog, env=env, stdout=stdout, stderr=stderr, stdin=stdin, options=args, on_chunk=on_chunk
     )
     try:
+        outcome = args.handler(ctx, args)
+        if isinstance(outcome, int):
+            return outcome
+        # Here, not at the top: `--help`, usage errors and `version` need no event loop (start-up time).
+        import asyncio
+
         with asyncio.Runner() as runner:
-            return runner.run(_run(args.handler, ctx, args))
+            return runner.run(_run(outcome, ctx))
     except KeyboardInterrupt:
         stderr.write(f"{prog}: interrupted\n")
         return EXIT_INTERRUPTED
@@ -194,9 +199,9 @@ def main(
         return report(ctx, exc)
 
 
-async def _run(handler: Handler, ctx: Context, args: argparse.Namespace) -> int:
+async def _run(command: Awaitable[int], ctx: Context) -> int:
     try:
-        return await handler(ctx, args)
+        return await command
     finally:
         await ctx.aclose()
 

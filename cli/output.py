@@ -7,8 +7,6 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import yaml
-
 FORMATS = ("table", "json", "yaml")
 # A column is a header and either the key to read from each row or a function of the row.
 Getter = str | Callable[[Mapping[str, Any]], Any]
@@ -21,6 +19,8 @@ def render_json(data: Any) -> str:
 
 
 def render_yaml(data: Any) -> str:
+    import yaml  # only `-o yaml` pays for it (start-up time)
+
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from isal.isal_zlib import crc32
 
 from . import pfspaths
-from .config import atomic_write
+from .config import DEFAULT_JOBS, atomic_write
 from .errors import ApiError, ConnectionProblem, PaddleCloudError
 from .progress import Progress, human_size, summary_text
 
@@ -59,7 +59,6 @@ READ_BLOCK = 1024 * 1024
 # A download's part file is fdatasynced in the background every this many bytes, so the
 # fsync before the rename does not find the whole file still in memory (see _PartWriter).
 WRITEBACK_EVERY = 8 * 1024 * 1024
-DEFAULT_JOBS = 4
 TUS_VERSION = "1.0.0"
 TUS_HEADERS = {"Tus-Resumable": TUS_VERSION}
 PART_SUFFIX = ".paddlecloud-part"

@@ -9,18 +9,21 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..answers import FINAL_STATES, DryRun, Job, Quota
-from ..client import AsyncClient, SubmitSteps
 from ..context import Context, UsageError
 from ..errors import PaddleCloudError
 from ..flags import ArgumentParser, add_flag
 from ..output import FORMATS, Column, cell, render_data, render_record, render_table
-from ..package import BIG_PACKAGE, IGNORE_FILE, Package
-from ..paddlejob import pfs_package
 from ..progress import Progress, human_size, plural
+from ..steps import SubmitSteps
 from . import CommandTree
+
+if TYPE_CHECKING:
+    # Imported where used: these cost start-up time to every command (docs/performance.md).
+    from ..answers import DryRun, Job, Quota
+    from ..client import AsyncClient
+    from ..package import Package
 
 ORDER = 20
 
@@ -92,6 +95,8 @@ def default_name(package: str, suffix: str | None = None) -> str:
 def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
     """The job spec a `submit` command line asks for: name and package always, and only the
     fields given, so that the server's defaults apply to the rest."""
+    from ..paddlejob import pfs_package
+
     if args.entry is not None and args.module is not None:
         raise UsageError("give either --entry or --module, not both (--module M runs `python -m M`)")
     entry = args.entry if args.module is None else f"python -m {args.module}"
@@ -150,6 +155,8 @@ def _describe(pkg: Package, source: str) -> str:
 
 
 def big_package_note(pkg: Package) -> str:
+    from ..package import BIG_PACKAGE, IGNORE_FILE
+
     largest = ", ".join(f"{path} ({human_size(size)})" for path, size in pkg.largest)
     return (
         f"the package is {human_size(pkg.bytes)} (over {human_size(BIG_PACKAGE)}); largest: {largest}. "
@@ -424,6 +431,8 @@ def _resources(spec: Mapping[str, Any], cpu: str, memory: str, gpu: str | None) 
 
 def job_text(answer: Mapping[str, Any]) -> str:
     """`get job` for people: the job, its spec, its workers and its events."""
+    from ..answers import Job
+
     job = answer if isinstance(answer, Job) else Job.from_dict(answer)
     spec = job.spec
     fields: list[Column] = [
@@ -495,6 +504,8 @@ async def get_workers(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _quota(answer: Mapping[str, Any]) -> Quota:
+    from ..answers import Quota
+
     return answer if isinstance(answer, Quota) else Quota.from_dict(answer)
 
 
@@ -561,6 +572,8 @@ async def logs(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def kill(ctx: Context, args: argparse.Namespace) -> int:
+    from ..answers import FINAL_STATES, Job
+
     client = ctx.client()
     results: list[Mapping[str, Any]] = []
     lines: list[str] = []

@@ -7,18 +7,20 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..client import AsyncClient
-from ..config import paddle_home
+from ..config import DEFAULT_JOBS, paddle_home
 from ..context import Context, Handler, UsageError
 from ..errors import ApiError, PaddleCloudError
 from ..flags import ArgumentParser, add_flag
 from ..output import Column, render_record, render_table
 from ..pfspaths import is_remote, relative_to, strip_slash
 from ..progress import Progress, human_size
-from ..transfer import DEFAULT_JOBS, STATE_FILE, TransferFailed, TransferReport, has_trailing_slash
 from . import CommandTree
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
+    from ..transfer import TransferReport
 
 ORDER = 40
 
@@ -95,6 +97,8 @@ def _progress(ctx: Context, args: argparse.Namespace) -> Progress:
 async def _transfer(
     ctx: Context, args: argparse.Namespace, *, upload: bool, sources: Sequence[str], dest: str
 ) -> int:
+    from ..transfer import STATE_FILE, TransferFailed
+
     client = _client(ctx)
     progress = _progress(ctx, args)
     state_file = paddle_home(ctx.env) / STATE_FILE
@@ -193,6 +197,8 @@ async def copy(ctx: Context, args: argparse.Namespace) -> int:
     """`file SRC DEST`: SRC under the current directory to DEST inside your home (or back)."""
     src: str = args.src
     dest: str = args.dest
+    from ..transfer import has_trailing_slash
+
     client = _client(ctx)
     # Without a trailing slash SRC itself becomes a directory under DEST, whether DEST exists or
     # not; with one, what SRC holds goes into DEST: rsync's rule, which `placement` follows

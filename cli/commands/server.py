@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from paddlecloud.common import cgroups, sandbox
-from paddlecloud.common.config import load_config as load_server_config
-from paddlecloud.common.platform import ADMIN, Platform, StartupError, run_platform
+from typing import TYPE_CHECKING
 
 from ..config import ClientConfig, ConfigMissing, Datacenter, load_config, save_config
 from ..context import Context
 from ..flags import add_flag
 from . import CommandTree
+
+if TYPE_CHECKING:
+    # The platform (aiohttp's server, structlog, pydantic) is imported by the one command that
+    # runs it, not at every command's start-up.
+    from paddlecloud.common.platform import Platform
 
 ORDER = 95
 DATA_DIR_ENV = "PADDLECLOUD_DATA_DIR"
@@ -20,6 +22,8 @@ DATA_DIR_ENV = "PADDLECLOUD_DATA_DIR"
 
 def write_client_config(ctx: Context, platform: Platform, *, make_current: bool) -> Path:
     """Add (or refresh) the local platform's admin entry in the client config."""
+    from paddlecloud.common.platform import ADMIN
+
     path = ctx.config_path
     try:
         config = load_config(path)
@@ -47,6 +51,9 @@ def data_dir(ctx: Context, args: argparse.Namespace) -> Path:
 def isolation_notes(config_path: Path) -> list[str]:
     """How jobs are isolated on this machine, said once at start: the jobs service decides
     the same way from the same config (docs/jobs.md, "What a local job can see and use")."""
+    from paddlecloud.common import cgroups, sandbox
+    from paddlecloud.common.config import load_config as load_server_config
+
     config = load_server_config(config_path)
     if config.jobs.backend == "kubernetes":
         kube = config.jobs.kubernetes
@@ -70,6 +77,8 @@ def isolation_notes(config_path: Path) -> list[str]:
 
 
 async def server(ctx: Context, args: argparse.Namespace) -> int:
+    from paddlecloud.common.platform import ADMIN, Platform, StartupError, run_platform
+
     platform = Platform(
         data_dir=data_dir(ctx, args),
         host=args.host,

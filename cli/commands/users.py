@@ -7,7 +7,6 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ..client import QUOTA_KEYS
 from ..context import Context, UsageError
 from ..errors import PaddleCloudError
 from ..flags import add_flag
@@ -101,6 +100,8 @@ async def delete_user(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def quota(ctx: Context, args: argparse.Namespace) -> int:
+    from ..client import QUOTA_KEYS
+
     client = ctx.client()
     given = vars(args)
     changes = {key: given[key] for key in QUOTA_KEYS if key in given}

@@ -302,7 +302,9 @@ class LocalBuildBackend(BuildBackend):
                 await asyncio.to_thread(self._prepare_run, run, request.requirements)
                 say(out, f"build {request.build_id} of key {request.key}")
                 venv = [self._python, "-m", "venv", "--without-pip", str(env)]
-                await self._step(out, "creating the virtualenv", venv, run, deadline)
+                await self._step(
+                    out, "creating the virtualenv", venv, run, deadline, shown="creating the virtualenv"
+                )
                 python = str(env / "bin" / "python")
                 pip = [
                     python,
@@ -320,7 +322,14 @@ class LocalBuildBackend(BuildBackend):
                         keep = [arg for fd in command.fds for arg in ("--keep-fd", str(fd))]
                         command = Command([*self._network[:-1], *keep, "--", *command.argv], command.fds)
                 try:
-                    await self._step(out, "pip install", command.argv, run, deadline, command.fds)
+                    # The user reads what is installed, not the wrappers' command line (the
+                    # host's paths, thousands of characters of them): the service's log has it.
+                    shown = "$ pip install -r requirements.txt" + (
+                        " (sandboxed)" if self._sandbox.enabled else ""
+                    )
+                    await self._step(
+                        out, "pip install", command.argv, run, deadline, command.fds, shown=shown
+                    )
                 finally:
                     command.close()
                 if self._sandbox.enabled:
@@ -332,7 +341,7 @@ class LocalBuildBackend(BuildBackend):
                 self._publish(request.key, env)
                 published = True
                 elapsed = time.monotonic() - started
-                say(out, f"published {self._python_of(request.key)} in {elapsed:.1f} s")
+                say(out, f"published the environment in {elapsed:.1f} s")
                 return Outcome(True, f"built in {elapsed:.1f} s", {"python": self._python_of(request.key)})
             except _Failed as exc:
                 say(out, f"build failed: {exc}")
@@ -399,10 +408,13 @@ class LocalBuildBackend(BuildBackend):
         run: Path,
         deadline: float,
         pass_fds: Sequence[int] = (),
+        *,
+        shown: str,
     ) -> None:
         """Run one command of the build with its output in the log; _Failed if it fails.
-        `pass_fds`: descriptors the command reads (the sandbox's options and filter)."""
-        say(out, "$ " + " ".join(argv))
+        `pass_fds`: descriptors the command reads (the sandbox's options and filter); `shown`:
+        the step as the build's log says it."""
+        say(out, shown)
         start_offset = os.fstat(out.fileno()).st_size
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -421,7 +433,7 @@ class LocalBuildBackend(BuildBackend):
             start_new_session=True,
             pass_fds=pass_fds,
         )
-        log.info("build_step_started", step=what, pid=proc.pid, argv0=argv[0])
+        log.info("build_step_started", step=what, pid=proc.pid, argv0=argv[0], argv=argv)
         try:
             code = await asyncio.wait_for(proc.wait(), remaining)
         except TimeoutError:

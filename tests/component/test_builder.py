@@ -243,6 +243,9 @@ async def test_a_first_build_builds_and_its_python_imports_the_package_and_the_p
     logs = await builds.logs(first["id"])
     assert "Successfully installed" in logs and "tinypkg-1.0" in logs
     assert builds.pip_runs() == 1
+    # What is built, in the user's words; not the sandbox's command line or the host's paths.
+    assert "] $ pip install -r requirements.txt" in logs
+    assert "bwrap" not in logs and "--ro-bind" not in logs and str(builds.work_dir) not in logs, logs
 
 
 async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(
