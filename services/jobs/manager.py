@@ -268,7 +268,8 @@ class JobManager:
             await self._check_quota(owner, spec)
             refusal = self._backend.refusal(spec)
             if refusal is not None:
-                raise Invalid(refusal, field="gpu")
+                field, reason = refusal
+                raise Invalid(reason, field=field)
             # Last, so a dry run of a package not uploaded yet still checks name and quota.
             try:
                 package_kind = await asyncio.to_thread(self._check_package, package)

@@ -164,7 +164,7 @@ async def test_a_refused_submit_leaves_no_job_and_its_name_free(
 async def test_a_job_the_backend_can_never_run_is_refused_and_leaves_nothing(
     backend: str, kube: FakeKube | None, tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
-    refusal = Refusal(ADMIN, TOO_LARGE[backend], 422, "")
+    refusal = Refusal(ADMIN, TOO_LARGE[backend], 422, "", next(iter(TOO_LARGE[backend])))
     await check(await platform(tmp_path, aiohttp_server, aiohttp_client, kube, "real"), refusal)
 
 
