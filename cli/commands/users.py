@@ -83,10 +83,22 @@ async def create_user(ctx: Context, args: argparse.Namespace) -> int:
         lines = [f"Created user {user.name if 'name' in user else args.name}{role}."]
         if generated:
             lines.append(f"Password (shown only this once): {password}")
+        if isinstance(user.get("quota"), Mapping):
+            lines.append(_quota_line(user["quota"], args.name))
         return "\n".join(lines)
 
     ctx.emit(data, text)
     return 0
+
+
+def _quota_line(quota: Mapping[str, Any], name: str) -> str:
+    """What a new user may use, in one line: the server's default quota for new users."""
+    if all(quota.get(key) is None for key in QUOTA_KEYS):
+        return (
+            f"Quota: unlimited; set one with `paddlecloud users quota {name}`, "
+            "or one for every new user with gateway.default_quota."
+        )
+    return "Quota: " + ", ".join(f"{key} {_limit(quota.get(key))}" for key in QUOTA_KEYS) + "."
 
 
 async def delete_user(ctx: Context, args: argparse.Namespace) -> int:
@@ -161,7 +173,9 @@ def register(tree: CommandTree) -> None:
         help="create a user",
         description=(
             "Create a user. Without --password or --password-stdin a strong password is\n"
-            "generated and printed once: pass it on, it cannot be shown again."
+            "generated and printed once: pass it on, it cannot be shown again. The user starts\n"
+            "with the server's quota for new users (gateway.default_quota; unlimited unless an\n"
+            "operator set one), printed too; `users quota NAME` changes it."
         ),
         epilog=(
             "examples:\n"

@@ -68,6 +68,50 @@ class ServiceSection(_Section):
     body_timeout: float = Field(60.0, gt=0, le=3600)
 
 
+# The largest quota a limit may be, per resource (an admin's PUT or the default for new
+# users): far past any one platform, and small enough that every sum of them stays exact
+# in the store's 64-bit integers. A larger value is a typo or a probe (10^30 GPUs).
+MAX_QUOTA_CPU_MILLI = 10**6 * 1000  # a million CPUs
+MAX_QUOTA_GPU = 10**6
+MAX_QUOTA_BYTES = 2**60  # 1Ei, of memory or storage
+MAX_QUOTA_JOBS = 10**6
+
+
+class DefaultQuota(_Section):
+    """The quota a user gets when an admin creates them (`paddlecloud users create`); a
+    limit left unset is unlimited. Changing it changes no existing user's quota."""
+
+    cpu: str | None = None  # a quantity: 4, 500m
+    gpu: int | None = Field(None, ge=0, le=MAX_QUOTA_GPU)
+    memory: str | None = None  # a quantity: 16Gi
+    jobs: int | None = Field(None, ge=0, le=MAX_QUOTA_JOBS)  # active at once
+    storage: str | None = None  # a quantity: 100Gi
+
+    @field_validator("cpu", "memory", "storage", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError("expected a quantity such as 4, 500m or 16Gi")
+        cpu = info.field_name == "cpu"
+        try:
+            amount = parse_cpu_milli(value) if cpu else parse_bytes(value)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+        if amount > (MAX_QUOTA_CPU_MILLI if cpu else MAX_QUOTA_BYTES):
+            most = "a million CPUs" if cpu else "1Ei"
+            raise ValueError(f"{value!r} is more than a quota may be (at most {most})")
+        return str(value)
+
+    @field_validator("gpu", "jobs", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # YAML's `yes` or `true` is no number of GPUs or jobs
+            raise ValueError(f"expected a whole number, not {value}")
+        return value
+
+
 class GatewaySection(ServiceSection):
     port: int = Field(8080, ge=0, le=65535)
     jobs_url: str = "http://127.0.0.1:8081"
@@ -93,6 +137,11 @@ class GatewaySection(ServiceSection):
     admin_username: str = "admin"
     admin_password: SecretStr | None = Field(None, repr=False)
     admin_password_file: Path | None = None
+    # What `users create` gives a new user (not the bootstrapped admin); unset: unlimited.
+    # PADDLECLOUD_GATEWAY_DEFAULT_QUOTA carries the whole section as YAML (or JSON).
+    default_quota: DefaultQuota = DefaultQuota()
+
+    _default_quota_text = field_validator("default_quota", mode="before")(_section_text)
 
 
 class DatacenterVolume(_Section):

@@ -212,9 +212,16 @@ class Accounts:
             log.info("user_deleted", name=name)
         return deleted
 
-    async def create_user(self, name: str, password: str, *, admin: bool = False) -> User:
-        """Add a user; AlreadyExists if the name is taken."""
-        user = User(name=name, password_hash=await self.hash_password(password), admin=admin)
+    async def create_user(
+        self, name: str, password: str, *, admin: bool = False, quota: Quota | None = None
+    ) -> User:
+        """Add a user with `quota` (unlimited unless given); AlreadyExists if the name is taken."""
+        user = User(
+            name=name,
+            password_hash=await self.hash_password(password),
+            admin=admin,
+            quota=quota or Quota(),
+        )
         await self._store.create_user(user)
         log.info("user_created", name=name, admin=admin)
         return user

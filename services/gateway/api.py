@@ -12,6 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from paddlecloud import __version__
 from paddlecloud.common import errors
 from paddlecloud.common.clients import ServiceError
+from paddlecloud.common.config import (
+    MAX_QUOTA_BYTES,
+    MAX_QUOTA_CPU_MILLI,
+    MAX_QUOTA_GPU,
+    MAX_QUOTA_JOBS,
+    DefaultQuota,
+)
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.keys import CONFIG, IDENTITY, STORE
 from paddlecloud.common.quantity import (
@@ -56,15 +63,6 @@ class UserCreate(_Body):
     )
     password: Annotated[str, StringConstraints(min_length=MIN_PASSWORD_LENGTH, max_length=1024)]
     admin: bool = False
-
-
-# The largest quota an admin may set, per field: far past any one platform, and small
-# enough that every sum of them stays exact in the store's 64-bit integers. A larger
-# value is a typo or a probe (10^30 GPUs), refused with the bound.
-MAX_QUOTA_CPU_MILLI = 10**6 * 1000  # a million CPUs
-MAX_QUOTA_GPU = 10**6
-MAX_QUOTA_BYTES = 2**60  # 1Ei, of memory or storage
-MAX_QUOTA_JOBS = 10**6
 
 
 class QuotaUpdate(_Body):
@@ -243,11 +241,19 @@ async def list_users(request: web.Request) -> web.Response:
     return json_response({"users": [render_user(u) for u in users]})
 
 
+def default_quota(section: DefaultQuota) -> Quota:
+    """The quota a new user starts with (`gateway.default_quota`, checked when the config was)."""
+    return QuotaUpdate.model_validate(section.model_dump()).to_quota()
+
+
 async def create_user(request: web.Request) -> web.Response:
     require_admin(request)
     body = await parse_body(request, UserCreate)
+    quota = default_quota(request.app[CONFIG].gateway.default_quota)
     try:
-        user = await request.app[ACCOUNTS].create_user(body.name, body.password, admin=body.admin)
+        user = await request.app[ACCOUNTS].create_user(
+            body.name, body.password, admin=body.admin, quota=quota
+        )
     except AlreadyExists:
         raise errors.ALREADY_EXISTS(f"A user named {body.name!r} already exists.") from None
     return json_response(render_user(user), status=201)

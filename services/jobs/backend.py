@@ -191,8 +191,9 @@ class Backend(abc.ABC):
         the platform's Python)."""
         return None
 
-    def refusal(self, spec: JobSpec) -> str | None:
-        """Why this backend can never run `spec` (it asks for more than there is), or None."""
+    def refusal(self, spec: JobSpec) -> tuple[str, str] | None:
+        """Why this backend can never run `spec` (it asks for more than there is), as the
+        spec's field at fault and the reason; None if it can."""
         return None
 
     def capacity(self) -> dict[str, Any]:

@@ -40,6 +40,10 @@ class BuildRefused(Invalid):
     """The builder refused the package's requirements.txt (named as the `package` field)."""
 
 
+class BuildUnavailable(DomainError):
+    """The builder, which a job with a requirements.txt needs at its submit, cannot answer now."""
+
+
 class UnknownUser(Forbidden):
     """The identity the gateway vouched for has no account (it was deleted meanwhile)."""
 
@@ -54,6 +58,7 @@ class PfsUnavailable(DomainError):
 
 PROBLEMS: ProblemTable = {
     PfsUnavailable: UPSTREAM_UNAVAILABLE,
+    BuildUnavailable: UPSTREAM_UNAVAILABLE,
     SubmitBusy: CONFLICT,
     **COMMON_PROBLEMS,
     PackageNotFound: PACKAGE_NOT_FOUND,

@@ -67,6 +67,7 @@ from .backend import (
 )
 from .errors import (
     BuildRefused,
+    BuildUnavailable,
     JobNotFound,
     PackageNotFound,
     PfsUnavailable,
@@ -174,6 +175,14 @@ class Resources:
         )
 
 
+def _build_refusal(exc: BuilderError) -> errors.DomainError:
+    """A submit's refusal for what the builder answered: it refused the requirements (422
+    naming the package), or it cannot answer now (503: try again)."""
+    if isinstance(exc, BuilderUnavailable) or exc.status >= 500:
+        return BuildUnavailable(f"the job's environment cannot be built now: {exc.detail}; try again")
+    return BuildRefused(f"{REQUIREMENTS}: {exc.detail}", field="package")
+
+
 class JobManager:
     def __init__(
         self,
@@ -220,9 +229,17 @@ class JobManager:
         return f"/pfs/{self._datacenter}/home/{user}"
 
     async def submit(self, identity: Identity, spec: JobSpec, *, dry_run: bool = False) -> dict[str, Any]:
-        """Check `spec` (paths, name, quota, GPUs, package), record the job PENDING and
-        start it; with `dry_run`, only check and say what would run."""
+        """Check `spec` (paths, name, quota, GPUs, package, its environment's build), record
+        the job PENDING and start it; with `dry_run`, only check and say what would run.
+
+        Every refusal comes before the job is recorded: a refused submit leaves nothing (no
+        job, no name taken), and a 201 is a promise that the job is run."""
         owner = identity.user
+        # A job reads and writes PFS with its owner's rights, an admin's job too: its
+        # workers run as the owner, and a restarted service finds its paths again as the
+        # owner. So its paths are checked as the job will use them, not with the
+        # submitter's admin rights (which let an admin's job be recorded, then refused).
+        runs_as = Identity(owner)
         if spec.datacenter is not None and spec.datacenter != self._datacenter:
             message = f"unknown datacenter {spec.datacenter!r}; this server runs {self._datacenter!r}"
             raise Invalid(message, field="datacenter")
@@ -233,11 +250,10 @@ class JobManager:
                 "or see `paddlecloud get registry`",
                 field="registry",
             )
-        package = self._resolve(identity, "package", spec.package, write=False)
-        output = self._resolve(identity, "output", self._output(spec, owner), write=True)
-        input_path = None
+        package = self._job_path(identity, "package", spec.package, write=False)
+        self._job_path(identity, "output", self._output(spec, owner), write=True)
         if spec.input is not None:
-            input_path = self._resolve(identity, "input", spec.input, write=False)
+            input_path = self._job_path(identity, "input", spec.input, write=False)
             await asyncio.to_thread(self._must_exist, "input", input_path)
         lock = self._submit_locks.setdefault(owner, asyncio.Lock())
         # One submit per user at a time, so two cannot both fit the quota: the lock in this
@@ -252,7 +268,8 @@ class JobManager:
             await self._check_quota(owner, spec)
             refusal = self._backend.refusal(spec)
             if refusal is not None:
-                raise Invalid(refusal, field="gpu")
+                field, reason = refusal
+                raise Invalid(reason, field=field)
             # Last, so a dry run of a package not uploaded yet still checks name and quota.
             try:
                 package_kind = await asyncio.to_thread(self._check_package, package)
@@ -271,6 +288,7 @@ class JobManager:
                 updated_at=now,
                 reason="submitted",
             )
+            launch = self._launch(job, spec, package_kind or "dir")
             requirements = None
             if spec.image is None and package_kind is not None:
                 requirements = await asyncio.to_thread(self._requirements, package, package_kind)
@@ -284,27 +302,45 @@ class JobManager:
                         "kind": package_kind,
                         "found": package_kind is not None,
                     },
-                    "output": output.text,
+                    "output": launch.output,
                     "build": None,
                 }
                 if requirements is not None:
-                    answer["build"] = await self._planned_build(identity, spec, requirements, package.text)
-                objects = await self._backend.preview(self._launch(job, spec, package_kind or "dir"))
+                    answer["build"] = await self._planned_build(runs_as, spec, requirements, package.text)
+                objects = await self._backend.preview(launch)
                 if objects:
                     answer["objects"] = objects
                 return answer
+            # The build is asked for before the job is recorded: a requirements.txt the
+            # builder refuses, or a builder that does not answer, refuses the submit.
+            build = None
+            if requirements is not None:
+                build = await self._request_build(runs_as, spec, requirements, package.text)
             try:
                 await self._store.create_job(job)
             except AlreadyExists:
                 raise Exists(f"job {spec.name!r} already exists") from None
-        await self._state_event(job, PENDING, "JobSubmitted", f"submitted by {owner}")
-        launch = self._launch(job, spec, package_kind or "dir")
+        await self._state_event(job, PENDING, "JobSubmitted", f"submitted by {identity.user}")
         if requirements is not None:
-            return job_view(await self._build_then_start(identity, launch, requirements))
+            return job_view(await self._build_then_start(runs_as, launch, requirements, build))
         # The answer does not wait for processes: the job is recorded, and starts (or
         # fails to, with the reason) while the client reads it.
         self._starts.spawn(f"start-{job.id}", self._start(launch))
         return job_view(job)
+
+    def _job_path(self, identity: Identity, field: str, text: str, *, write: bool) -> PfsPath:
+        """A path of the caller's job, checked as its owner will use it (never with admin
+        rights); an admin is told why their own rights do not reach it."""
+        try:
+            return resolve_for(Identity(identity.user), text, self._datacenter, write=write)
+        except errors.ProblemError as exc:
+            detail = exc.detail
+            if identity.admin:
+                detail += (
+                    "; a job reads and writes PFS with its owner's rights, an admin's too: "
+                    "copy what it needs into your home"
+                )
+            raise Invalid(detail, field=field) from None
 
     @contextlib.asynccontextmanager
     async def _quota_lease(self, owner: str) -> AsyncIterator[None]:
@@ -402,8 +438,20 @@ class JobManager:
                 identity, requirements=requirements, dry_run=True, **self._build_target(spec, package)
             )
         except BuilderError as exc:
-            raise BuildRefused(f"{REQUIREMENTS}: {exc.detail}", field="package") from None
+            raise _build_refusal(exc) from None
         return {"key": answer.get("key"), "cached": bool(answer.get("cached"))}
+
+    async def _request_build(
+        self, identity: Identity, spec: JobSpec, requirements: str, package: str
+    ) -> dict[str, Any]:
+        """Ask the builder for the environment of a job about to be recorded; a refusal
+        (or no answer) refuses the submit."""
+        try:
+            return await self._builder.request_build(
+                identity, requirements=requirements, **self._build_target(spec, package)
+            )
+        except BuilderError as exc:
+            raise _build_refusal(exc) from None
 
     def _build_target(self, spec: JobSpec, package: str) -> dict[str, Any]:
         """What a build for `spec` is asked to start from: the backend's base image, read
@@ -411,21 +459,26 @@ class JobManager:
         base = self._backend.build_base(spec)
         return {"base": base, "package": package, "registry": spec.registry if base else None}
 
-    async def _build_then_start(self, identity: Identity, launch: Launch, requirements: str) -> Job:
-        """BUILDING until the builder has the job's environment, then start it in that."""
+    async def _build_then_start(
+        self, identity: Identity, launch: Launch, requirements: str, build: dict[str, Any] | None = None
+    ) -> Job:
+        """BUILDING until the builder has the job's environment, then start it in that.
+        `build` is the one a submit asked for before recording the job; without it (a job
+        recorded before a restart) it is asked for here, and a refusal fails the job."""
         job = launch.job
         building = await self._transition(job, BUILDING, f"building the environment for {REQUIREMENTS}")
         if building is None:
             return await self._store.get_job_by_id(job.id) or job
-        try:
-            build = await self._builder.request_build(
-                identity, requirements=requirements, **self._build_target(launch.spec, launch.package)
-            )
-        except BuilderError as exc:
-            failed = await self._transition(
-                building, FAILED, f"cannot build the environment: {exc.detail}", finished_at=utcnow()
-            )
-            return failed or building
+        if build is None:
+            try:
+                build = await self._builder.request_build(
+                    identity, requirements=requirements, **self._build_target(launch.spec, launch.package)
+                )
+            except BuilderError as exc:
+                failed = await self._transition(
+                    building, FAILED, f"cannot build the environment: {exc.detail}", finished_at=utcnow()
+                )
+                return failed or building
         job = await self._store.update_job(job.id, build_id=str(build["id"])) or building
         how = "a cached environment" if build.get("cached") else "a new build"
         await self._event(

@@ -86,12 +86,21 @@ class Jobs:
         return await resp.text()
 
 
-async def start_jobs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, **jobs_settings: Any) -> Jobs:
-    """A jobs service (with `jobs_settings` over the test defaults) behind a gateway."""
+async def start_jobs(
+    tmp_path: Path,
+    aiohttp_server: Any,
+    aiohttp_client: Any,
+    builder_url: str | None = None,
+    **jobs_settings: Any,
+) -> Jobs:
+    """A jobs service (with `jobs_settings` over the test defaults) behind a gateway; its
+    builder at `builder_url` (none: the default address, where nothing may answer)."""
     sections: dict[str, dict[str, Any]] = {
         "pfs": {"datacenter": "dc1"},
         "jobs": {"grace_seconds": 3.0, "poll_seconds": 0.05, **jobs_settings},
     }
+    if builder_url is not None:
+        sections["builder"] = {"url": builder_url}
     # pfs counts the storage that quotas check; the jobs service asks it.
     pfs = await aiohttp_server(create_pfs(make_config(tmp_path, **sections)))
     sections["pfs"]["url"] = str(pfs.make_url(""))

@@ -615,7 +615,11 @@ def test_creating_a_user_without_a_password_generates_one_and_prints_it_once(
     assert run.code == 0, run.err
     password = gateway.users["bob"].password
     assert len(password) >= 20
-    assert run.out == f"Created user bob (admin).\nPassword (shown only this once): {password}\n"
+    assert run.out == (
+        f"Created user bob (admin).\nPassword (shown only this once): {password}\n"
+        "Quota: unlimited; set one with `paddlecloud users quota bob`, or one for every new user "
+        "with gateway.default_quota.\n"
+    )
     with Client(gateway.url, "bob", password) as bob:
         assert bob.whoami() == {"user": "bob", "admin": True, "expires_at": "2026-11-22T13:00:00+00:00"}
 
@@ -625,7 +629,7 @@ def test_creating_a_user_without_a_password_generates_one_and_prints_it_once(
 
 def test_creating_a_user_with_a_password_from_stdin(cli: Cli, gateway: FakeGateway) -> None:
     run = cli("users", "create", "dave", "--password-stdin", stdin="from stdin\n")
-    assert (run.code, run.out) == (0, "Created user dave.\n")
+    assert run.code == 0 and run.out.startswith("Created user dave.\nQuota: unlimited;"), run.out
     assert gateway.users["dave"].password == "from stdin"
 
     empty = cli("users", "create", "erin", "--password-stdin", stdin="")

@@ -50,6 +50,18 @@ def test_unknown_env_key_is_named() -> None:
         ("jobs:\n  package_max_bytes: lots\n", "jobs.package_max_bytes"),
         ("jobs:\n  log_max_bytes: 64Ki\n", "jobs.log_max_bytes"),
         ("jobs:\n  network: host\n", "jobs.network"),
+        ("gateway:\n  default_quota: {memory: lots}\n", "gateway.default_quota.memory: 'lots' is not"),
+        (
+            "gateway:\n  default_quota: {cpu: 2000000}\n",
+            "gateway.default_quota.cpu: 2000000 is more than a quota may be",
+        ),
+        (
+            "gateway:\n  default_quota: {storage: 2Ei}\n",
+            "gateway.default_quota.storage: '2Ei' is more than a quota may be",
+        ),
+        ("gateway:\n  default_quota: {gpu: -1}\n", "gateway.default_quota.gpu"),
+        ("gateway:\n  default_quota: {jobs: yes}\n", "gateway.default_quota.jobs: expected a whole number"),
+        ("gateway:\n  default_quota: {disk: 1Gi}\n", "gateway.default_quota.disk"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
@@ -93,3 +105,16 @@ def test_disk_bounds_take_quantities() -> None:
     assert (config.jobs.package_max_bytes, config.jobs.log_max_bytes) == (2 * 2**30, 64 * 2**20)
     defaults = load_config(None, env={}).jobs
     assert (defaults.package_max_bytes, defaults.log_max_bytes) == (2**30, 256 * 2**20)
+
+
+def test_a_default_quota_for_new_users_from_the_file_or_the_environment(tmp_path) -> None:
+    assert load_config(None, env={}).gateway.default_quota.model_dump() == dict.fromkeys(
+        ("cpu", "gpu", "memory", "jobs", "storage")
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text("gateway:\n  default_quota: {cpu: 4, memory: 16Gi, jobs: 2}\n")
+    quota = load_config(path, env={}).gateway.default_quota
+    assert (quota.cpu, quota.gpu, quota.memory, quota.jobs, quota.storage) == ("4", None, "16Gi", 2, None)
+    env = {"PADDLECLOUD_GATEWAY_DEFAULT_QUOTA": "{gpu: 1, storage: 100Gi}"}
+    quota = load_config(None, env=env).gateway.default_quota
+    assert (quota.gpu, quota.storage, quota.cpu) == (1, "100Gi", None)

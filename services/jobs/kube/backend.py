@@ -300,22 +300,24 @@ class KubernetesBackend(Backend):
     def capacity(self) -> dict[str, Any]:
         return {"backend": self.name, "namespace_mode": self._settings.namespace_mode}
 
-    def refusal(self, spec: JobSpec) -> str | None:
+    def refusal(self, spec: JobSpec) -> tuple[str, str] | None:
         """A worker larger than a namespace's LimitRange admits would never get a pod."""
         cpu = parse_cpu_milli(self._settings.max_container_cpu)
         memory = parse_bytes(self._settings.max_container_memory)
-        for role, asked_cpu, asked_memory in (
-            ("trainer", spec.cpu_milli, spec.memory_bytes),
-            ("parameter server", spec.pscpu_milli, spec.psmemory_bytes),
+        for role, prefix, asked_cpu, asked_memory in (
+            ("trainer", "", spec.cpu_milli, spec.memory_bytes),
+            ("parameter server", "ps", spec.pscpu_milli, spec.psmemory_bytes),
         ):
             if asked_cpu > cpu:
                 return (
-                    f"a {role} asks for {asked_cpu / 1000:g} cpu; a pod here may have {cpu / 1000:g} at most"
+                    f"{prefix}cpu",
+                    f"a {role} asks for {asked_cpu / 1000:g} cpu; a pod here may have {cpu / 1000:g} at most",
                 )
             if asked_memory > memory:
                 return (
+                    f"{prefix}memory",
                     f"a {role} asks for {asked_memory} bytes of memory; a pod here may have "
-                    f"{self._settings.max_container_memory} at most"
+                    f"{self._settings.max_container_memory} at most",
                 )
         return None
 

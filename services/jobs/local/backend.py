@@ -303,8 +303,9 @@ class LocalBackend(Backend):
 
     # -- resources -------------------------------------------------------------------
 
-    def refusal(self, spec: JobSpec) -> str | None:
-        return self._gpus.refusal(spec.gpu, spec.trainers)
+    def refusal(self, spec: JobSpec) -> tuple[str, str] | None:
+        reason = self._gpus.refusal(spec.gpu, spec.trainers)
+        return None if reason is None else ("gpu", reason)
 
     def capacity(self) -> dict[str, Any]:
         limits = "enforced" if self._hierarchy is not None else "advisory"
