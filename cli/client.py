@@ -802,7 +802,13 @@ class AsyncClient:
         query = _query(params)
         replayable = data is None or isinstance(data, bytes | bytearray | str)
         logged_in_now = False
-        if auth and login == "eager" and self._current_token() is None and self.can_login:
+        if auth and login == "eager" and self._current_token() is None and self.username:
+            if not self.can_login:
+                # A user with neither token nor password (after `logout`): said, rather than
+                # the server's bare 401 for a request sent without credentials.
+                raise CredentialsMissing(
+                    f"not logged in to {self.endpoint} as {self.username}: log in first (paddlecloud login)"
+                )
             await self._refresh(stale=None)
             logged_in_now = True
         retried = False
@@ -1068,7 +1074,8 @@ class Client:
         chosen = loaded.select(datacenter)
         slot = TokenCache(token_cache_path(env)).slot(chosen.name, chosen.username, chosen.endpoint)
         options.setdefault("datacenter", chosen.name)
-        return cls(chosen.endpoint, chosen.username, chosen.password, token_cache=slot, **options)
+        password = chosen.password or None  # none after `paddlecloud logout`
+        return cls(chosen.endpoint, chosen.username, password, token_cache=slot, **options)
 
     def __enter__(self) -> Client:
         return self
