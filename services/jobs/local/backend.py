@@ -69,7 +69,7 @@ from ..spec import JobSpec
 from . import claim
 from .caplog import read_dropped
 from .gpus import GpuPool, discover
-from .plan import CgroupPlan, Plan, SandboxPlan, build_plan
+from .plan import STOP_REASON, CgroupPlan, Plan, SandboxPlan, build_plan
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
 
@@ -545,10 +545,14 @@ class LocalBackend(Backend):
 
     # -- stop ------------------------------------------------------------------------
 
-    async def stop(self, job: Job, grace_seconds: float) -> None:
+    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
         pid = self._supervisor_pid(job)
         if pid is None:
             return
+        job_dir = self._job_dir(job)
+        if reason and job_dir is not None:
+            # The supervisor records the end, so it is told why before it is told to stop.
+            _write_stop_reason(job_dir, reason)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 15)
         # The supervisor gives every worker the grace, then SIGKILLs their groups.
@@ -767,6 +771,25 @@ def _read_events(job: Job, job_dir: Path, cursor: str | None) -> tuple[tuple[Obs
         except (ValueError, KeyError, TypeError):
             log.warning("unreadable_event_line", job=job.name, line=raw[:200])
     return tuple(events), f"e{offset + end}"
+
+
+def _write_stop_reason(job_dir: Path, reason: str) -> None:
+    """Leave `reason` in the job's directory (STOP_REASON) for its supervisor: written beside
+    and renamed into place, never following a link, so it reads all of it or none."""
+    dir_fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp = f".{STOP_REASON}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+        try:
+            os.write(fd, reason.encode())
+        finally:
+            os.close(fd)
+        os.rename(tmp, STOP_REASON, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _with_cursors(
