@@ -60,7 +60,7 @@ from paddlecloud.common.seccomp import SeccompUnavailable, filter_program
 
 from ..exits import WORKER_STOPPED, describe_exit, exit_status
 from . import claim
-from .caplog import CappedLog
+from .caplog import CappedLog, LogClock
 from .launch import fork_launcher
 from .plan import STOP_REASON, Plan, Role, Worker
 
@@ -232,6 +232,7 @@ class JobSupervisor:
         self._first_groups = dict(first_groups or {})
         self._trainers_started = False
         self._log_files: dict[str, CappedLog] = {}
+        self._log_clock = LogClock()  # one for all the job's logs: their lines merge by it
         self._pumps: dict[str, _Pump] = {}
         self._notifier: socket.socket | None = None
         if plan.notify is not None:
@@ -600,7 +601,7 @@ class JobSupervisor:
         """The worker's log, opened at its first run and kept for its restarts."""
         if worker.name not in self._log_files:
             path = self._logs / f"{worker.name}.log"
-            self._log_files[worker.name] = CappedLog(path, self._plan.log_max_bytes)
+            self._log_files[worker.name] = CappedLog(path, self._plan.log_max_bytes, self._log_clock)
         return self._log_files[worker.name]
 
     def _append_log(self, worker: Worker, line: str) -> None:
