@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -773,7 +774,13 @@ class AsyncClient:
         query = _query(params)
         replayable = data is None or isinstance(data, bytes | bytearray | str)
         logged_in_now = False
-        if auth and login == "eager" and self._current_token() is None and self.can_login:
+        if auth and login == "eager" and self._current_token() is None and self.username:
+            if not self.can_login:
+                # A user with neither token nor password (after `logout`): said, rather than
+                # the server's bare 401 for a request sent without credentials.
+                raise CredentialsMissing(
+                    f"not logged in to {self.endpoint} as {self.username}: log in first (paddlecloud login)"
+                )
             await self._refresh(stale=None)
             logged_in_now = True
         retried = False
@@ -976,6 +983,21 @@ def _blocking_iter(
     return run
 
 
+def _close_client(aio: AsyncClient, runner: asyncio.Runner) -> None:
+    """Close a blocking `Client`'s session and its event loop (once: see `Client.close`)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        try:
+            runner.run(aio.close())
+        finally:
+            runner.close()
+    else:
+        # Collected inside someone's running event loop, where no other loop can run: the
+        # session's sockets go with the process, and only the private loop is closed.
+        runner.close()
+
+
 class Client:
     """The blocking client: `AsyncClient`'s methods, each run to completion on a private event loop.
 
@@ -996,6 +1018,10 @@ class Client:
         self.aio = AsyncClient(endpoint, username, password, token, **options)
         self._runner = asyncio.Runner()
         self._closed = False
+        # A script that never calls close() (the docs' examples, `submit(Client.from_config())`)
+        # still closes the HTTP session: when the client is collected, or at the latest at
+        # exit, before aiohttp would complain of an "Unclosed client session".
+        self._finalizer = weakref.finalize(self, _close_client, self.aio, self._runner)
 
     def __repr__(self) -> str:
         return f"Client({self.aio.endpoint!r}, username={self.aio.username!r})"
@@ -1020,7 +1046,8 @@ class Client:
         chosen = loaded.select(datacenter)
         slot = TokenCache(token_cache_path(env)).slot(chosen.name, chosen.username, chosen.endpoint)
         options.setdefault("datacenter", chosen.name)
-        return cls(chosen.endpoint, chosen.username, chosen.password, token_cache=slot, **options)
+        password = chosen.password or None  # none after `paddlecloud logout`
+        return cls(chosen.endpoint, chosen.username, password, token_cache=slot, **options)
 
     def __enter__(self) -> Client:
         return self
@@ -1034,10 +1061,7 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._runner.run(self.aio.close())
-        finally:
-            self._runner.close()
+        self._finalizer()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:

@@ -53,6 +53,7 @@ class Datacenter:
 
     name: str
     username: str
+    # "" once `logout` removed it: the next command then needs `login` (which asks for it).
     password: str = field(repr=False)
     endpoint: str
 
@@ -114,7 +115,10 @@ class ClientConfig:
     def to_dict(self) -> dict[str, Any]:
         """The YAML layout of DESIGN §8, keys in the order the product's docs show them."""
         body: dict[str, Any] = {
-            "datacenters": [{key: getattr(dc, key) for key in DATACENTER_KEYS} for dc in self.datacenters]
+            "datacenters": [
+                {key: getattr(dc, key) for key in DATACENTER_KEYS if key != "password" or dc.password}
+                for dc in self.datacenters
+            ]
         }
         if self.current_datacenter is not None:
             body["current-datacenter"] = self.current_datacenter
@@ -220,6 +224,9 @@ def _parse_datacenter(entry: Any, where: str, path: Path) -> Datacenter:
             raise ConfigError(f"{path}: {where}: unknown key {key!r} (known: {', '.join(DATACENTER_KEYS)})")
     values: dict[str, str] = {}
     for key in DATACENTER_KEYS:
+        if key == "password" and entry.get(key) in (None, ""):
+            values[key] = ""  # logged out (`paddlecloud logout`): `login` asks for it
+            continue
         if key not in entry or entry[key] is None or entry[key] == "":
             raise ConfigError(f"{path}: {where}.{key} is missing")
         value = entry[key]

@@ -132,7 +132,7 @@ class Context:
                 self._client = AsyncClient(
                     datacenter.endpoint,
                     datacenter.username,
-                    datacenter.password,
+                    datacenter.password or None,  # none after `logout`: `login` first
                     token_cache=slot,
                     log=self.log,
                     on_chunk=self._on_chunk,

@@ -191,6 +191,7 @@ class PaddleJob(_PaddleJob):
         topology: str | None = None,
         max_restarts: int | None = None,
     ) -> None:
+        self._namespace_warned = False
         # Every spelling as given: `spec()` refuses two that disagree when the job is submitted.
         self._given: dict[str, Any] = {
             "trainer_package": trainer_package,
@@ -275,7 +276,9 @@ class PaddleJob(_PaddleJob):
             )
         if self.use_gpu is False and self.gpu_nums:
             raise OriginalArgumentRefused("use_gpu", f"use_gpu=False but gpu_nums={self.gpu_nums}: say which")
-        if self.namespace is not None:
+        # Once per job: `submit` checks, then builds the spec, which checks again.
+        if self.namespace is not None and not self._namespace_warned:
+            self._namespace_warned = True
             warnings.warn(
                 f"namespace={self.namespace!r} is not sent: the server runs your jobs in your own "
                 "namespace, as the original's JobManager took it from your credentials",

@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import posixpath
 import stat
 import threading
 import time
@@ -590,6 +591,9 @@ class Transfers:
         dest_entry = await self._remote_stat(pfspaths.strip_slash(dest))
         # A home is a directory even before its first write has made it.
         dest_is_dir = _entry_type(dest_entry) == "dir" or pfspaths.is_area_root(dest)
+        # On PFS a missing destination's parents are made (docs/pfs.md), and said: a mistyped
+        # `pfs:does/not/exist/` must not quietly leave three directories behind.
+        ancestors = [] if dest_entry is not None or dest_is_dir else await self._missing_parents(dest)
         tree = len(sources) > 1
         for given in sources:
             text = os.fspath(given)
@@ -627,9 +631,13 @@ class Transfers:
                 tasks.append(task)
             else:
                 raise TransferError(f"{text} is not a regular file")
+        report.directories_created.extend(ancestors)  # made by the first mkdir below
         for path in dirs:
             entry = await self.client.pfs_mkdir(path, parents=True)
             report.directories_created.append(str(entry.get("path", path)))
+        if ancestors:
+            made = ancestors + [d for d in dirs if d == pfspaths.strip_slash(dest)]
+            self.progress.note(f"made missing directories on PFS: {', '.join(made)}")
         self.progress.expect(sum(task.size for task in tasks))
         await self._run(tasks, self._upload_guarded, report, raise_single=not tree)
         report.seconds = time.monotonic() - started
@@ -1178,6 +1186,17 @@ class Transfers:
         entry = await self.client.pfs_stat(path, checksum=True)
         value = entry.get("sha256")
         return value if isinstance(value, str) else None
+
+    async def _missing_parents(self, dest: str) -> list[str]:
+        """The parent directories of the missing PFS path `dest` that are missing too, top first."""
+        missing: list[str] = []
+        parent = posixpath.dirname(pfspaths.strip_slash(dest))
+        while parent.count("/") > 3 and not pfspaths.is_area_root(parent):
+            if await self._remote_stat(parent) is not None:
+                break
+            missing.insert(0, parent)
+            parent = posixpath.dirname(parent)
+        return missing
 
     async def _remote_stat(self, path: str) -> Mapping[str, Any] | None:
         try:

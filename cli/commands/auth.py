@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import getpass
 
-from ..context import Context
+from ..client import AsyncClient
+from ..config import Datacenter, save_config
+from ..context import Context, UsageError
+from ..flags import add_flag
 from . import CommandTree
 
 ORDER = 10
@@ -12,8 +17,21 @@ ORDER = 10
 
 async def login(ctx: Context, args: argparse.Namespace) -> int:
     datacenter = ctx.datacenter()
-    client = ctx.client()
-    answer = await client.login()
+    password = _password(ctx, args, datacenter) if args.password_stdin or not datacenter.password else None
+    if password is None:
+        client = ctx.client()
+        answer = await client.login()
+    else:
+        slot = ctx.token_cache().slot(datacenter.name, datacenter.username, datacenter.endpoint)
+        async with AsyncClient(
+            datacenter.endpoint, datacenter.username, password, token_cache=slot, log=ctx.log
+        ) as client:
+            answer = await client.login()
+        # Kept where `config add` keeps it, so that later commands log in again by themselves
+        # when the token expires, until the next `logout`.
+        config = ctx.config()
+        entry = config.get(datacenter.name) or datacenter
+        save_config(config.with_datacenter(dataclasses.replace(entry, password=password)))
     # Not the server's answer as is: that holds the token, which has no business in a CI log.
     info = {
         "datacenter": datacenter.name,
@@ -32,14 +50,46 @@ async def login(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _password(ctx: Context, args: argparse.Namespace, datacenter: Datacenter) -> str:
+    """The password from stdin's first line (--password-stdin), else asked on the terminal."""
+    if args.password_stdin:
+        password = ctx.stdin.readline().rstrip("\r\n")
+    elif ctx.stdin.isatty():
+        password = getpass.getpass(f"Password for {datacenter.username} at {datacenter.endpoint}: ")
+    else:
+        raise UsageError(
+            f"login: the config holds no password for {datacenter.name} (logged out); "
+            "give it with --password-stdin"
+        )
+    if not password:
+        raise UsageError("login: the password is empty")
+    return password
+
+
 async def logout(ctx: Context, args: argparse.Namespace) -> int:
     datacenter = ctx.datacenter()
     revoked = await ctx.client().logout()
-    info = {"datacenter": datacenter.name, "user": datacenter.username, "logged_out": revoked}
-    ctx.emit(
-        info,
-        lambda: f"Logged out of {datacenter.name}." if revoked else f"Not logged in to {datacenter.name}.",
-    )
+    # The password goes too: kept, it would log the next command in again without a word.
+    config = ctx.config()
+    entry = config.get(datacenter.name)
+    forgot = entry is not None and bool(entry.password)
+    if entry is not None and forgot:
+        save_config(config.with_datacenter(dataclasses.replace(entry, password="")))
+    info = {
+        "datacenter": datacenter.name,
+        "user": datacenter.username,
+        "logged_out": revoked or forgot,
+        "token_revoked": revoked,
+        "password_removed": forgot,
+    }
+
+    def text() -> str:
+        if not (revoked or forgot):
+            return f"Not logged in to {datacenter.name}."
+        removed = f"; the password is removed from {config.path}" if forgot else ""
+        return f"Logged out of {datacenter.name}{removed}. Run {ctx.prog} login to log in again."
+
+    ctx.emit(info, text)
     return 0
 
 
@@ -54,22 +104,34 @@ async def whoami(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def register(tree: CommandTree) -> None:
-    tree.command(
+    login_parser = tree.command(
         "login",
         login,
         help="log in with the config's credentials and cache the token",
         description=(
             "Log in to the selected datacenter with the username and password of the client\n"
             "config, cache the token (~/.paddle/tokens.json, mode 0600) and say who you are.\n"
-            "Other commands log in by themselves when needed; this checks the credentials now."
+            "Other commands log in by themselves when needed; this checks the credentials now.\n"
+            "After logout the config holds no password: login asks for it (on a terminal, or\n"
+            "--password-stdin) and keeps it in the config again."
         ),
-        epilog="examples:\n  paddlecloud login\n  paddlecloud login --datacenter dc2\n",
+        epilog=(
+            "examples:\n  paddlecloud login\n  paddlecloud login --datacenter dc2\n"
+            "  printf '%s\\n' \"$PASSWORD\" | paddlecloud login --password-stdin\n"
+        ),
+    )
+    add_flag(
+        login_parser, "password-stdin", action="store_true", help="read the password from stdin's first line"
     )
     tree.command(
         "logout",
         logout,
-        help="revoke the cached token",
-        description="Revoke the cached token on the server and remove it from the cache.",
+        help="revoke the token and remove the password from the config",
+        description=(
+            "Revoke the cached token on the server, remove it from the cache, and remove the\n"
+            "datacenter's password from the client config, so that the next command needs\n"
+            "`paddlecloud login` (which asks for the password)."
+        ),
         epilog="examples:\n  paddlecloud logout\n",
     )
     tree.command(

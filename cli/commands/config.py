@@ -18,7 +18,8 @@ async def show(ctx: Context, args: argparse.Namespace) -> int:
     # Passwords never reach the screen or a pipe.
     data = config.to_dict()
     for entry in data["datacenters"]:
-        entry["password"] = "********"  # noqa: S105 - a mask, not a password
+        if "password" in entry:  # none after `logout`
+            entry["password"] = "********"  # noqa: S105 - a mask, not a password
     try:
         current: str | None = config.select(ctx.datacenter_name).name
     except ConfigError:

@@ -558,6 +558,13 @@ async def get_quota(ctx: Context, args: argparse.Namespace) -> int:
 
 
 async def logs(ctx: Context, args: argparse.Namespace) -> int:
+    if args.role == "pserver" and not (await ctx.client().job(args.job)).spec.get("pservers"):
+        # As kubectl does for a selector that matches nothing ("No resources found"): said on
+        # stderr, exit 0, since asking is no mistake and a loop over roles should go on; but
+        # never silence, which reads as a server that has not started yet, and never a follow
+        # that waits for the job's end to print nothing.
+        ctx.stderr.write(f"No parameter servers in job {args.job} (it has -pservers 0): no logs to show.\n")
+        return 0
     stream = ctx.client().logs(
         args.job, tail=args.tail, follow=args.follow, role=args.role, worker=args.worker or None
     )

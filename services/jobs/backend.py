@@ -227,8 +227,9 @@ class Backend(abc.ABC):
         it cannot run, NotYet if it must wait for resources."""
 
     @abc.abstractmethod
-    async def stop(self, job: Job, grace_seconds: float) -> None:
-        """Stop every process of the job: SIGTERM (or delete), the grace, then force."""
+    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
+        """Stop every process of the job: SIGTERM (or delete), the grace, then force.
+        `reason` is what the job's end should say (who killed it, and when)."""
 
     @abc.abstractmethod
     async def observe(self, job: Job, cursor: str | None) -> Observation:

@@ -796,14 +796,16 @@ class JobManager:
         job = await self.get(identity.user, name)
         if job.state in ACTIVE_STATES:
             log.info("job_killing", job=name, owner=job.owner)
+            # Who and when, on every backend: "killed" alone leaves a team asking who did it.
+            when = utcnow().isoformat(timespec="seconds").replace("+00:00", "Z")
+            reason = f"killed by {identity.user} at {when}"
             # Under the job's lock, so a build that finishes now cannot start it behind our back.
             async with self._job_lock(job.id):
                 job = await self._store.get_job_by_id(job.id) or job
-                await self._backend.stop(job, self._config.jobs.grace_seconds)
+                await self._backend.stop(job, self._config.jobs.grace_seconds, reason)
                 await self._reconcile_locked(job)
                 current = await self._store.get_job_by_id(job.id)
                 if current is not None and current.state in ACTIVE_STATES:
-                    reason = f"killed by {identity.user}"
                     await self._transition(current, KILLED, reason, finished_at=utcnow())
                 self._drop(job)
         if remove:

@@ -226,21 +226,25 @@ print("trained", flush=True)
 """
 
 
+def run_to_success(platform: Any, context: Any, tmp_path: Path, train_py: str, name: str, *flags: str) -> Any:
+    """Submit `train_py` as alice's job `name`, follow it to its end, and open its page."""
+    package = tmp_path / f"{name}-package"
+    package.mkdir()
+    (package / "train.py").write_text(train_py)
+    platform.cli("--datacenter", "as-alice", "submit", "-f", "--jobname", name, *flags, str(package))
+    page = context.new_page()
+    sign_in(page, platform, "alice")
+    page.goto(f"{platform.endpoint}/jobs/{name}")
+    ready(page)
+    page.locator("body[data-state='SUCCEEDED']").wait_for()
+    return page
+
+
 def test_a_parameter_server_the_platform_stopped_shows_stopped(
     platform: Any, context: Any, tmp_path: Path
 ) -> None:
-    package = tmp_path / "ps-package"
-    package.mkdir()
-    (package / "train.py").write_text(PS_TRAIN_PY)
-    platform.cli(
-        "--datacenter", "as-alice", "submit", "-f", "--jobname", "with-ps", "--pservers", "1", str(package)
-    )
-    page = context.new_page()
+    page = run_to_success(platform, context, tmp_path, PS_TRAIN_PY, "with-ps", "--pservers", "1")
     page.set_viewport_size({"width": 1400, "height": 900})
-    sign_in(page, platform, "alice")
-    page.goto(platform.endpoint + "/jobs/with-ps")
-    ready(page)
-    page.locator("body[data-state='SUCCEEDED']").wait_for()
     row = page.locator("#job-workers tr[data-worker='pserver-0'][data-state='STOPPED']")
     row.wait_for()
     assert "STOPPED" in row.inner_text()
@@ -257,6 +261,18 @@ def test_a_parameter_server_the_platform_stopped_shows_stopped(
     events = page.locator("#job-events").locator("xpath=ancestor::div[1]")
     at_end = "e => e.scrollHeight > e.clientHeight && e.scrollTop + e.clientHeight >= e.scrollHeight - 1"
     assert events.evaluate(at_end)
+
+
+def test_a_finished_jobs_log_view_interleaves_its_workers_in_time_order(
+    platform: Any, context: Any, tmp_path: Path
+) -> None:
+    from test_cli_first_week import TURNS_PY  # two trainers taking turns, with no timing
+
+    page = run_to_success(platform, context, tmp_path, TURNS_PY, "turns", "--trainers", "2", "--env=TURNS=t")
+    page.locator("#log-status[data-state='ended']").wait_for()
+    # As they were written (issue 28): not trainer-0's three lines, then trainer-1's.
+    expected = [f"[trainer-{k % 2}] line {k} from trainer {k % 2}" for k in range(6)]
+    assert page.locator("#log-lines .line").all_inner_texts() == expected
 
 
 def test_an_upload_survives_a_reload_and_comes_back_identical(

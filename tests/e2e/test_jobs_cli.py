@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -270,7 +271,9 @@ def test_listing_jobs_showing_one_and_the_quota(server: Any, tmp_path: Path) -> 
     # Kill the running one: it ends KILLED, and the follow of a killed job says so.
     killed = ok(run_cli(server, "kill", "sleeper"))
     assert killed.strip() == "job sleeper killed"
-    assert wait_for_state(server, "sleeper", ("KILLED",))["state"] == "KILLED"
+    ended = wait_for_state(server, "sleeper", ("KILLED",))
+    # Who killed it and when (it used to say "the supervisor was told to stop").
+    assert re.fullmatch(r"killed by admin at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", ended["reason"]), ended
     assert "had already ended: SUCCEEDED" in ok(run_cli(server, "kill", "done-1"))
     assert ok(run_cli(server, "get", "jobs")).strip().startswith("No active jobs")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,7 +204,9 @@ def test_an_unschedulable_job_waits_with_the_schedulers_message_and_kill_leaves_
 
     out = ok(run_cli(server, "kill", "big"))
     assert "big" in out
-    assert as_json(run_cli(server, "-o", "json", "get", "job", "big"))["state"] == "KILLED"
+    ended = as_json(run_cli(server, "-o", "json", "get", "job", "big"))
+    assert ended["state"] == "KILLED"
+    assert re.fullmatch(r"killed by admin at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", ended["reason"]), ended
     wait(lambda: not objects_of(kube, "big"), "no objects left")
 
 

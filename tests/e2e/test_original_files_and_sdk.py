@@ -214,6 +214,7 @@ with warnings.catch_warnings(record=True) as said:
     paddle_job = job.PaddleJob(**quoted)
     paddle_job.submit(client)
 print("warned:", said[0].message)
+print("warnings:", len(said))
 print("state:", paddle_job.wait(timeout=120).state)
 print("spec:", sorted(paddle_job.status().spec.items()))
 """
@@ -250,6 +251,7 @@ def test_the_original_python_api(server: Any, work: Path) -> None:
         "cephfs_volume: a CephFS volume only means something on the Kubernetes"
     )
     assert lines["warned"].startswith("namespace='alice' is not sent")
+    assert lines["warnings"] == "1"  # once, though submit checks the keywords twice
     assert lines["state"] == "SUCCEEDED"
     spec = dict(eval(lines["spec"]))  # noqa: S307 - the repr of a list of pairs this test printed
     assert (spec["trainers"], spec["pservers"], spec["gpu"], spec["memory"], spec["image"]) == (
@@ -261,6 +263,16 @@ def test_the_original_python_api(server: Any, work: Path) -> None:
     )
     logs = ok(paddlectl(server, "paddlectl logs word2vec"))
     assert all(f"[trainer-{i}] trainer {i} of 3" in logs for i in range(3))
+
+    # docs/jobs.md's own example, as written, ends quietly: the Client it never closes is
+    # closed for it (it used to end with aiohttp's "Unclosed client session").
+    ok(paddlectl(server, "paddlectl kill -rm word2vec"))
+    example = (Path(__file__).parents[2] / "docs" / "jobs.md").read_text().split("```python\n")[1]
+    example = example.split("```")[0]
+    assert "paddle_job.submit(Client.from_config())" in example
+    result = python(server, example, work)
+    assert result.returncode == 0, result.stderr
+    assert "Unclosed" not in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 # The first design's `paddle.dist_train`: the script submits itself, then trains in the job

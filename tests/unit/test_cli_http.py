@@ -783,10 +783,13 @@ def test_config_add_then_use_then_log_in(gateway: FakeGateway, tmp_path: Path) -
 
 def test_logout_removes_the_cached_token(cli: Cli, gateway: FakeGateway) -> None:
     assert cli("login").code == 0
-    assert cli("logout").out == "Logged out of dc1.\n"
+    assert cli("logout").out.startswith("Logged out of dc1; the password is removed from ")
     assert gateway.tokens == {}
     assert cli.cache.get("dc1", "admin") is None
     assert cli("logout").out == "Not logged in to dc1.\n"
+    # The password went with the token: no silent login behind the next command.
+    refused = cli("whoami")
+    assert refused.code == 4 and "not logged in" in refused.err
     assert gateway.logins == 1
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from paddlecloud.common.logstream import read_lines, tail_offset
 from paddlecloud.common.sandbox import View, bwrap_args
-from paddlecloud.jobs.local.caplog import CappedLog, read_dropped
+from paddlecloud.jobs.local.caplog import CappedLog, LogClock, LogTimes, order_path, read_dropped
 from paddlecloud.jobs.local.unpack import PackageTooLarge, unpack
 from support import zeros_tar_gz
 
@@ -175,6 +175,36 @@ def test_a_capped_log_keeps_its_newest_bytes_and_says_what_it_dropped(tmp_path: 
     again.write(line * 20_000)
     again.close()
     assert read_dropped(path).offset > gone.offset and allocated(path) <= MiB + 64 * 1024
+
+
+def test_two_logs_of_one_clock_say_which_bytes_came_first_and_a_trim_keeps_it_small(tmp_path: Path) -> None:
+    clock = LogClock()
+    a, b = CappedLog(tmp_path / "a.log", MiB, clock), CappedLog(tmp_path / "b.log", MiB, clock)
+    line = b"y" * 99 + b"\n"
+    for _ in range(3):  # a's bytes, b's, a's again (twice in a row: one run), b's
+        a.write(line)
+        a.write(line)
+        b.write(line)
+    times_a, times_b = LogTimes().refresh(tmp_path / "a.log"), LogTimes().refresh(tmp_path / "b.log")
+    assert times_a.starts == [0, 200, 400] and times_b.starts == [0, 100, 200]  # one record per run
+    merged = sorted(
+        [(times_a.at(o), "a", o) for o in range(0, 600, 100)]
+        + [(times_b.at(o), "b", o) for o in range(0, 300, 100)]
+    )
+    assert [who for _, who, _ in merged] == ["a", "a", "b"] * 3
+    assert LogTimes().at(0) == 0  # a log without an order file (an older release's)
+
+    # Written past its cap, a's order file keeps the record its first kept byte is in.
+    for _ in range(20_000):
+        a.write(line)
+        b.write(line)
+    a.close()
+    b.close()
+    gone = read_dropped(tmp_path / "a.log")
+    again = LogTimes().refresh(tmp_path / "a.log")
+    assert again.starts[0] == gone.offset and again.starts == sorted(again.starts)
+    assert order_path(tmp_path / "a.log").stat().st_size < 20_000 * 16  # the dropped runs' records went
+    assert again.at(gone.offset) > times_b.at(200)  # still later than what came before
 
 
 def test_without_a_cap_a_log_keeps_everything(tmp_path: Path) -> None:

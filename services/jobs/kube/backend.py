@@ -882,7 +882,8 @@ class KubernetesBackend(Backend):
 
     # -- stop and remove ---------------------------------------------------------------
 
-    async def stop(self, job: Job, grace_seconds: float) -> None:
+    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
+        # Nothing here records the end: the service records KILLED with `reason` itself.
         if not job.backend:
             return
         self._stopped.add(job.id)

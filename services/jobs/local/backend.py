@@ -67,9 +67,9 @@ from ..backend import (
 from ..exits import WORKER_STOPPED
 from ..spec import JobSpec
 from . import claim
-from .caplog import read_dropped
+from .caplog import LogTimes, read_dropped
 from .gpus import GpuPool, discover
-from .plan import CgroupPlan, Plan, SandboxPlan, build_plan
+from .plan import STOP_REASON, CgroupPlan, Plan, SandboxPlan, build_plan
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
 
@@ -546,10 +546,14 @@ class LocalBackend(Backend):
 
     # -- stop ------------------------------------------------------------------------
 
-    async def stop(self, job: Job, grace_seconds: float) -> None:
+    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
         pid = self._supervisor_pid(job)
         if pid is None:
             return
+        job_dir = self._job_dir(job)
+        if reason and job_dir is not None:
+            # The supervisor records the end, so it is told why before it is told to stop.
+            _write_stop_reason(job_dir, reason)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 15)
         # The supervisor gives every worker the grace, then SIGKILLs their groups.
@@ -690,6 +694,8 @@ class LocalBackend(Backend):
     # -- logs ------------------------------------------------------------------------
 
     async def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+        """The workers' lines merged in the order they came (caplog.py's order files), live
+        or long after: each pass reads what every worker's log has, and sends it merged."""
         job_dir = self._job_dir(job)
         names = [w.name for w in self._plan(job).workers]
         if job_dir is None or not names:
@@ -705,9 +711,15 @@ class LocalBackend(Backend):
             if (not query.workers or name in query.workers)
             and (not query.roles or name.split("-", 1)[0].upper() in query.roles)
         ]
+        times = {i: LogTimes() for i in wanted}
         while True:
             final = self._is_final(job)  # decided before reading, so nothing written after is missed
             more = False
+            # (stamp, worker, offset after the line, text): sorted, that is the order they came in.
+            found: list[tuple[int, int, int, str]] = []
+            # A worker with more than one batch waiting was read only up to some stamp: what
+            # others have after it waits for the next pass, so the merge never runs ahead.
+            upto: int | None = None
             for i in wanted:
                 path = job_dir / "logs" / f"{names[i]}.log"
                 start = offsets[i]
@@ -715,16 +727,29 @@ class LocalBackend(Backend):
                 # Read after the lines: the cap drops bytes only once it has said so here.
                 gone = read_dropped(path)
                 if gone.offset > start:
-                    # What was read may be a dropped part's zeros: a marker stands for it.
-                    offsets[i] = gone.offset
-                    marker = (gone.marker(start), gone.offset - start)
-                    yield _with_cursors(names[i], [marker], offsets, i, start)
+                    # What was read may be a dropped part's zeros: a marker stands for it, first.
+                    found.append((-1, i, gone.offset, gone.marker(start)))
                     more = True
                     continue
-                offsets[i] += sum(size for _, size in lines)
-                more = more or truncated
-                if lines:
-                    yield _with_cursors(names[i], lines, offsets, i, start)
+                if not lines:
+                    continue
+                stamps = times[i].refresh(path)
+                position = start
+                for text, size in lines:
+                    found.append((stamps.at(position), i, position + size, text))
+                    position += size
+                if truncated:
+                    more = True
+                    upto = found[-1][0] if upto is None else min(upto, found[-1][0])
+            if found:
+                batch = []
+                for stamp, i, end, text in sorted(found):
+                    if upto is not None and stamp > upto:
+                        continue  # read again next pass, after the lines that came before it
+                    offsets[i] = end
+                    batch.append(LogLine(names[i], text, _encode_cursor(offsets)))
+                if batch:
+                    yield batch
             if more:
                 continue
             if final or not query.follow:
@@ -770,17 +795,23 @@ def _read_events(job: Job, job_dir: Path, cursor: str | None) -> tuple[tuple[Obs
     return tuple(events), f"e{offset + end}"
 
 
-def _with_cursors(
-    worker: str, lines: list[tuple[str, int]], offsets: list[int], i: int, start: int
-) -> list[LogLine]:
-    """LogLines for one worker's batch, each with the cursor just past it."""
-    before = _encode_cursor(offsets[:i]) + "." if i else "l1."
-    after = "".join(f".{o}" for o in offsets[i + 1 :])
-    position, result = start, []
-    for text, size in lines:
-        position += size
-        result.append(LogLine(worker, text, f"{before}{position}{after}"))
-    return result
+def _write_stop_reason(job_dir: Path, reason: str) -> None:
+    """Leave `reason` in the job's directory (STOP_REASON) for its supervisor: written beside
+    and renamed into place, never following a link, so it reads all of it or none."""
+    dir_fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp = f".{STOP_REASON}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+        try:
+            os.write(fd, reason.encode())
+        finally:
+            os.close(fd)
+        os.rename(tmp, STOP_REASON, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def free_ports(count: int) -> list[int]:

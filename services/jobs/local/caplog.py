@@ -18,16 +18,27 @@ the log keeps its first `cap` bytes instead and says so in a last line.
 before the hole is punched, so a reader that reads it after the data knows whether what
 it read was dropped meanwhile), with the cap, so readers can say what was dropped in a
 marker line where the dropped bytes were.
+
+Why an order file. One supervisor copies every worker's output, so the order of its writes
+is the order the lines came in. `<worker>.log.order` keeps it: a record (offset, stamp) each
+time this log is written after another worker's was, saying that the bytes from `offset` on
+came at `stamp` (nanoseconds since the epoch, strictly increasing across the job's logs: a
+`LogClock`). Readers merge the workers' lines by stamp (`LogTimes`), so a finished job's
+`logs` interleave as they did live instead of coming worker by worker. A worker that writes
+alone adds no record; the file is trimmed with the log, so it stays small beside it.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import errno
 import json
 import os
-from dataclasses import dataclass
+import struct
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from paddlecloud.common.quantity import format_bytes, readable_bytes
@@ -61,6 +72,59 @@ def dropped_path(log: Path) -> Path:
     return log.with_name(log.name + ".dropped")
 
 
+def order_path(log: Path) -> Path:
+    return log.with_name(log.name + ".order")
+
+
+# One record of an order file: the offset where a run of bytes begins, and its stamp.
+_RECORD = struct.Struct("<QQ")
+
+
+class LogClock:
+    """The supervisor's one clock for its workers' logs: which log wrote last, and stamps
+    that never repeat or go back, so that two runs of bytes never tie."""
+
+    def __init__(self) -> None:
+        self.last: object | None = None
+        self._stamp = 0
+
+    def stamp(self) -> int:
+        self._stamp = max(time.time_ns(), self._stamp + 1)
+        return self._stamp
+
+
+@dataclass
+class LogTimes:
+    """A log's order file as read: when the bytes from each recorded offset on came."""
+
+    starts: list[int] = field(default_factory=list)
+    stamps: list[int] = field(default_factory=list)
+    key: tuple[int, int] = (0, 0)  # (inode, bytes read): what `refresh` has seen
+
+    def at(self, offset: int) -> int:
+        """The stamp of the byte at `offset` (0 where nothing says: a log of an older release)."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        return self.stamps[i] if i >= 0 else 0
+
+    def refresh(self, log: Path) -> LogTimes:
+        """This, with what was appended to the order file since (all of it, after a trim)."""
+        try:
+            with open(order_path(log), "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_ino != self.key[0]:
+                    self.starts, self.stamps, self.key = [], [], (st.st_ino, 0)
+                f.seek(self.key[1])
+                data = f.read()
+        except FileNotFoundError:
+            return self
+        whole = len(data) - len(data) % _RECORD.size  # a record being appended comes next time
+        for start, stamp in _RECORD.iter_unpack(data[:whole]):
+            self.starts.append(start)
+            self.stamps.append(stamp)
+        self.key = (self.key[0], self.key[1] + whole)
+        return self
+
+
 def read_dropped(log: Path) -> Dropped:
     """What the log at `log` dropped so far (nothing, for a log that never reached its cap)."""
     try:
@@ -91,10 +155,12 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
 class CappedLog:
     """One worker's log file, appended by the supervisor only, keeping its newest `cap` bytes."""
 
-    def __init__(self, path: Path, cap: int | None) -> None:
+    def __init__(self, path: Path, cap: int | None, clock: LogClock | None = None) -> None:
         self._path = path
         self._cap = cap
+        self._clock = clock
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._order_fd = -1
         self._end = os.fstat(self._fd).st_size
         self._dropped = read_dropped(path).offset
         self._step = max(cap // 8, MIN_STEP) if cap is not None else 0
@@ -103,6 +169,10 @@ class CappedLog:
     def write(self, data: bytes) -> None:
         if self._full or not data:
             return
+        if self._clock is not None and self._clock.last is not self:
+            # Recorded before the bytes: a reader never sees bytes without their stamp.
+            self._clock.last = self
+            self._record(_RECORD.pack(self._end, self._clock.stamp()))
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
@@ -134,6 +204,32 @@ class CappedLog:
             self._full = True
             return
         self._dropped = cut
+        self._trim_order(cut)
+
+    def _record(self, record: bytes) -> None:
+        if self._order_fd < 0:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+            self._order_fd = os.open(order_path(self._path), flags, 0o644)
+        os.write(self._order_fd, record)
+
+    def _trim_order(self, cut: int) -> None:
+        """Drop the records of dropped bytes, keeping the one the first kept byte is in."""
+        path = order_path(self._path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        records = list(_RECORD.iter_unpack(data[: len(data) - len(data) % _RECORD.size]))
+        kept = [r for r in records if r[0] > cut]
+        before = [r for r in records if r[0] <= cut]
+        if before:
+            kept.insert(0, (cut, before[-1][1]))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(b"".join(_RECORD.pack(*r) for r in kept))
+        os.replace(tmp, path)  # readers see a new inode and read it whole
+        if self._order_fd >= 0:
+            os.close(self._order_fd)
+            self._order_fd = -1
 
     def _line_start(self, at: int) -> int:
         """The first line start at or after `at` (within LINE_SEARCH), else `at` itself."""
@@ -145,3 +241,6 @@ class CappedLog:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self._fd)
+        if self._order_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._order_fd)

@@ -47,6 +47,8 @@ from paddlecloud.common.sandbox import Bind
 from ..contract import RESERVED_ENV, JobContract, contract_env
 
 DEFAULT_GRACE_SECONDS = 10.0
+# The file in a job's directory where the jobs service says why it stops the job (who, when).
+STOP_REASON = "stop-reason"
 DEFAULT_PORT_TIMEOUT_SECONDS = 120.0
 DEFAULT_RESTART_DELAY_SECONDS = 1.0
 

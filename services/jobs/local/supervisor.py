@@ -60,9 +60,9 @@ from paddlecloud.common.seccomp import SeccompUnavailable, filter_program
 
 from ..exits import WORKER_STOPPED, describe_exit, exit_status
 from . import claim
-from .caplog import CappedLog
+from .caplog import CappedLog, LogClock
 from .launch import fork_launcher
-from .plan import Plan, Role, Worker
+from .plan import STOP_REASON, Plan, Role, Worker
 
 PORT_POLL_SECONDS = 0.1
 # Where a sandboxed worker finds its own working directory (the package mirrored).
@@ -232,6 +232,7 @@ class JobSupervisor:
         self._first_groups = dict(first_groups or {})
         self._trainers_started = False
         self._log_files: dict[str, CappedLog] = {}
+        self._log_clock = LogClock()  # one for all the job's logs: their lines merge by it
         self._pumps: dict[str, _Pump] = {}
         self._notifier: socket.socket | None = None
         if plan.notify is not None:
@@ -266,7 +267,7 @@ class JobSupervisor:
             job.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await job
-            state, reason = JobState.KILLED, "killed: the supervisor was told to stop"
+            state, reason = JobState.KILLED, self._stop_reason()
             if disk.done() and not disk.cancelled() and disk.exception() is None:
                 state, reason = JobState.FAILED, disk.result()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -600,7 +601,7 @@ class JobSupervisor:
         """The worker's log, opened at its first run and kept for its restarts."""
         if worker.name not in self._log_files:
             path = self._logs / f"{worker.name}.log"
-            self._log_files[worker.name] = CappedLog(path, self._plan.log_max_bytes)
+            self._log_files[worker.name] = CappedLog(path, self._plan.log_max_bytes, self._log_clock)
         return self._log_files[worker.name]
 
     def _append_log(self, worker: Worker, line: str) -> None:
@@ -617,6 +618,16 @@ class JobSupervisor:
     def _set_reason(self, reason: str) -> None:
         self._reason = reason
         self._write_state()
+
+    def _stop_reason(self) -> str:
+        """Why the job was stopped: who killed it and when, as the jobs service left it in
+        STOP_REASON; else a signal from elsewhere (an operator, the machine going down)."""
+        try:
+            reason = (self._job_dir / STOP_REASON).read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            reason = ""
+        elsewhere = f"killed: the job's supervisor got a stop signal at {_now()}, not from paddlecloud kill"
+        return reason[:500] or elsewhere
 
     def _finish(self, state: JobState, reason: str) -> None:
         self._state, self._reason, self._finished_at = state, reason, _now()
