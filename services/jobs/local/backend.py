@@ -470,7 +470,7 @@ class LocalBackend(Backend):
             psentry=spec.psentry,
             trainers=spec.trainers,
             pservers=spec.pservers,
-            passes=spec.passes or 1,
+            passes=spec.passes,
             env=env,
             use_gpu=spec.gpu > 0,
             max_restarts=spec.max_restarts,
