@@ -335,7 +335,12 @@ def test_the_original_short_forms_mean_what_the_original_docs_say() -> None:
         "10Gi",
         "modules/train.py",
     )
-    assert "entry" not in spec
+    assert "entry" not in spec  # the server runs the topology: python modules/train.py
+    # "-pservers defaults to -p" in that design; every other spelling's default is none.
+    assert spec["pservers"] == 4
+    assert spec_of(["submit", "-p", "4", "-pservers", "1", "pkg"])["pservers"] == 1
+    assert "pservers" not in spec_of(["submit", "-parallelism", "4", "pkg"])
+    assert "pservers" not in spec_of(["submit", "--trainers", "4", "pkg"])
     with pytest.raises(SystemExit):
         spec_of(["submit", "--name", "x", "-m", "trainer.main", "pkg"])  # ambiguous: refused, saying which
 
