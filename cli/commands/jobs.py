@@ -718,8 +718,10 @@ sha256 and uploaded to <home>/.paddlecloud/packages/ only if PFS does not hold i
 leading out of the package are left out. The job starts in the unpacked package.
 
 Only the flags given are sent; the server's defaults fill in the rest (1 trainer, no parameter
-servers, cpu 1, memory 1Gi, gpu 0, entry "python train.py"). Without a name the job is named
-after the package's directory with a random suffix. The job runs in the datacenter the config
+servers, cpu 1, memory 1Gi, gpu 0, entry "python train.py"); -p N, the original design's
+spelling, also asks for N parameter servers unless -pservers says. -t FILE runs python FILE in
+the package. Without a name the job is named after the package's directory with a random
+suffix. The job runs in the datacenter the config
 selects (the global --datacenter). --output is the job's output path unless its value is json,
 yaml or table (the global output format); --output-path is always the path.
 """
@@ -832,7 +834,10 @@ def add_submit_flags(parser: ArgumentParser) -> None:
     )
     add_flag(sizes, "gpu", "trainer-gpu-num", type=_count, metavar="N", help="GPUs per trainer")
     add_flag(
-        sizes, "use-gpu", action="store_true", help="give each trainer a GPU (unless --gpu says how many)"
+        sizes,
+        "use-gpu",
+        action="store_true",
+        help="give each trainer a GPU (unless --gpu says how many); also =true or =false",
     )
     add_flag(
         sizes,
