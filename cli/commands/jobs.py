@@ -125,21 +125,23 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
 
 
 def _check_module(module: str, source: str) -> None:
-    """Refuse `--module` naming no module of a local package directory, saying what the
-    path is relative to: `python -m` runs in the package, so `--module demo.train` with
-    `--package-path ./demo` (a path from the package's parent) is `--module train`."""
+    """Refuse a `--module` path written from the package's parent, saying what it is relative
+    to: `python -m` runs in the package, so with `--package-path ./demo`, `--module demo.train`
+    (as in gcloud's `--module-name`) names no module and `--module train` is meant. Only a
+    module named after a local package directory that does not hold it is refused: any other
+    may come from the job's requirements."""
     root = Path(source) if source and pfs_package(source) is None else None
     if root is None or not root.is_dir():
         return  # an archive or a PFS path: nothing to look into here
     parts = module.split(".")
-    if not all(part.isidentifier() for part in parts):
-        raise UsageError(f"--module {module!r} is not a Python module path such as trainer.main")
+    if parts[0] != root.resolve().name:
+        return
     found = root.joinpath(*parts)
     if found.with_suffix(".py").is_file() or found.is_dir():
         return
     hint = ""
     inner = root.joinpath(*parts[1:])
-    if len(parts) > 1 and parts[0] == root.resolve().name and inner.with_suffix(".py").is_file():
+    if len(parts) > 1 and (inner.with_suffix(".py").is_file() or inner.is_dir()):
         hint = f"; did you mean --module {'.'.join(parts[1:])}?"
     raise UsageError(
         f"--module {module}: no {'/'.join(parts)}.py in the package {source}; the module path is "

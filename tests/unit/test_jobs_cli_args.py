@@ -124,6 +124,19 @@ def test_module_becomes_the_entry_and_cannot_be_given_with_entry() -> None:
         spec_of(["submit", "--name", "x", "--module", "m", "--entry", "python a.py", "pkg"])
 
 
+def test_a_module_path_from_the_packages_parent_is_refused_saying_what_it_is_relative_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "train.py").write_text("print(1)\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"relative to the package directory.*did you mean --module train"):
+        spec_of(["submit", "--module=demo.train", "--package-path=./demo"])
+    assert spec_of(["submit", "--module", "train", "./demo"])["entry"] == "python -m train"
+    # One the package does not hold may come from its requirements: not ours to refuse.
+    assert spec_of(["submit", "--module", "paddle.run", "./demo"])["entry"] == "python -m paddle.run"
+
+
 @pytest.mark.parametrize(
     ("argv", "package", "job_output", "fmt"),
     [
