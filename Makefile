@@ -65,6 +65,7 @@ system-deps:
 
 demo: install
 	$(BIN)/python examples/demo.py
+	@echo "To use paddlecloud from a shell in this directory: . $(BIN)/activate (puts it on PATH)"
 
 lint: install-dev
 	$(BIN)/ruff check .

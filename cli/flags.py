@@ -45,6 +45,10 @@ def closest_flag(typed: str, spellings: Iterable[str]) -> str | None:
     return next((s for s in by_name[name] if s == dashes + name), by_name[name][0])
 
 
+# What Go's strconv.ParseBool takes, which the original client's boolean flags went through.
+GO_BOOLEANS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps epilogs' examples as written, and names a flag's value once (`-cpu, --cpu CPU`)."""
 
@@ -81,10 +85,32 @@ class ArgumentParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         if args is not None and self.prepare_args is not None:
             args = self.prepare_args(list(args))
+        if args is not None:
+            args = self._go_booleans(list(args))
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(self._unrecognized(extras))
         return parsed, extras
+
+    def _go_booleans(self, args: list[str]) -> list[str]:
+        """`-flag=true` and `-flag=false` for this parser's on/off flags, as Go's flag package
+        takes them (`--use-gpu=true`); argparse itself refuses any value for such a flag."""
+        out: list[str] = []
+        for position, arg in enumerate(args):
+            if arg == "--":
+                return out + args[position:]
+            flag, eq, value = arg.partition("=")
+            action = self._option_string_actions.get(flag) if eq and flag.startswith("-") else None
+            if action is None or action.nargs != 0 or not isinstance(action.const, bool):
+                out.append(arg)
+                continue
+            truth = GO_BOOLEANS.get(value.lower())
+            if truth is None:
+                self.error(f"{flag}={value}: expected true or false")
+            if truth == action.const:
+                out.append(flag)
+            # The other value is the flag's default: as if it had not been given.
+        return out
 
     def _unrecognized(self, extras: Sequence[str]) -> str:
         message = f"unrecognized arguments: {' '.join(extras)}"
@@ -117,11 +143,23 @@ class ArgumentParser(argparse.ArgumentParser):
         # value attached (`-ojson`), or short flags run together (`-rq`); a misspelt Go-style
         # flag (`-recursiv`) is then unknown, and gets its "did you mean", rather than being
         # read as `-r` with a stray `ecursiv`. A tuple is (action, option string, ..., attached).
+        if self._misspelt_long_flag(option_string):
+            return []  # unknown, so reported with its "did you mean"
         return [
             found
             for found in tuples
             if found[1] == option_string[:2] and (found[0].nargs != 0 or self._all_flags(found[-1]))
         ]
+
+    def _misspelt_long_flag(self, option_string: str) -> bool:
+        """Whether `-parallelsim` (or `-memroy=1Gi`) is a Go-style long flag misspelt, not
+        the short `-p` with `arallelsim` attached: a word close to one of this parser's long
+        flags. A real attached value (`-p4`, `-m10Gi`, `-ojson`) is close to none."""
+        if option_string.startswith("--") or len(option_string) < 4:
+            return False
+        typed = option_string.split("=", 1)[0]
+        longs = [s for s in self._option_string_actions if len(s.lstrip("-")) > 1]
+        return closest_flag(typed, longs) is not None
 
     def _all_flags(self, attached: str | None) -> bool:
         """Whether what follows a short flag is more short flags (`-rq`, `-rj8`), as argparse reads it."""

@@ -99,6 +99,9 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
 
     if args.entry is not None and args.module is not None:
         raise UsageError("give either --entry or --module, not both (--module M runs `python -m M`)")
+    source = getattr(args, "package", None) or getattr(args, "package_path", None) or package
+    if args.module is not None:
+        _check_module(args.module, source)
     entry = args.entry if args.module is None else f"python -m {args.module}"
     given: dict[str, Any] = {
         "entry": entry,
@@ -106,7 +109,7 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
         "image": args.image,
         "registry": args.registry,
         "trainers": args.parallelism,
-        "pservers": args.pservers,
+        "pservers": _pservers(args),
         "cpu": args.cpu,
         "gpu": args.gpu if args.gpu is not None or not getattr(args, "use_gpu", False) else 1,
         "memory": args.memory,
@@ -120,11 +123,45 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
         "max_restarts": args.max_restarts,
     }
     # Named after what the user gave (./fit_a_line), not after the <sha256>.tar.gz it became.
-    source = getattr(args, "package", None) or getattr(args, "package_path", None) or package
     if not args.jobname and pfs_package(source) is None:
         source = Path(source).resolve().name or source  # `submit .` is named after the directory
     name = args.jobname or default_name(source)
     return {"name": name, "package": package, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _check_module(module: str, source: str) -> None:
+    """Refuse a `--module` path written from the package's parent, saying what it is relative
+    to: `python -m` runs in the package, so with `--package-path ./demo`, `--module demo.train`
+    (as in gcloud's `--module-name`) names no module and `--module train` is meant. Only a
+    module named after a local package directory that does not hold it is refused: any other
+    may come from the job's requirements."""
+    root = Path(source) if source and pfs_package(source) is None else None
+    if root is None or not root.is_dir():
+        return  # an archive or a PFS path: nothing to look into here
+    parts = module.split(".")
+    if parts[0] != root.resolve().name:
+        return
+    found = root.joinpath(*parts)
+    if found.with_suffix(".py").is_file() or found.is_dir():
+        return
+    hint = ""
+    inner = root.joinpath(*parts[1:])
+    if len(parts) > 1 and (inner.with_suffix(".py").is_file() or inner.is_dir()):
+        hint = f"; did you mean --module {'.'.join(parts[1:])}?"
+    raise UsageError(
+        f"--module {module}: no {'/'.join(parts)}.py in the package {source}; the module path is "
+        f"relative to the package directory, where `python -m` runs{hint}"
+    )
+
+
+def _pservers(args: argparse.Namespace) -> int | None:
+    """The parameter servers asked for: as given, else as many as the trainers where those
+    were given as `-p N` (the original design: "-pservers defaults to -p"), else None."""
+    if args.pservers is not None:
+        return int(args.pservers)
+    if args.parallelism is not None and getattr(args, "trainers_spelling", None) == SEED_TRAINERS:
+        return int(args.parallelism)
+    return None
 
 
 def _pfs_argument(value: str | None) -> str | None:
@@ -234,12 +271,15 @@ async def submit(ctx: Context, args: argparse.Namespace) -> int:
     finally:
         steps.close()
     if args.dry_run:
-        return _dry_run(ctx, spec, await client.submit(spec, dry_run=True))
+        plan = await client.submit(spec, dry_run=True)
+        _warn(ctx, plan)
+        return _dry_run(ctx, spec, plan)
 
     # Said once the server took the job: a spec it refuses never "starts".
     job = await client.submit(spec)
     name = job.name or spec["name"]
     steps.say(f"Started job {name} ({_shape(spec)})")
+    _warn(ctx, job)
     if not args.follow:
         ctx.emit(job.to_dict(), lambda: _started_text(ctx, name, job))
         return 0
@@ -247,6 +287,13 @@ async def submit(ctx: Context, args: argparse.Namespace) -> int:
         f"Job {name} is {job.state or 'PENDING'}; following its logs (Ctrl-C stops following, not the job)"
     )
     return await _follow(ctx, client, name)
+
+
+def _warn(ctx: Context, answer: Mapping[str, Any]) -> None:
+    """The server's warnings about the job: what it accepted and will not use (`-image` on
+    one machine), one line each."""
+    for note in answer.get("warnings") or []:
+        ctx.warn(str(note))
 
 
 def _started_text(ctx: Context, name: str, job: Job) -> str:
@@ -614,6 +661,25 @@ def _count(value: str) -> int:
     return number
 
 
+# The original design's short spelling of the trainer count (`submit ./pkg -p 4 -c 2 -m 10Gi`),
+# whose parameter servers default to as many as trainers; every other spelling's, to none.
+SEED_TRAINERS = "-p"
+
+
+class _Trainers(argparse._StoreAction):
+    """Stores the trainer count and which spelling gave it (`trainers_spelling`)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        namespace.trainers_spelling = option_string
+
+
 def _quantity(value: str) -> str:
     if not value.strip():
         raise argparse.ArgumentTypeError("expected a quantity such as 2, 500m or 1Gi")
@@ -674,8 +740,10 @@ sha256 and uploaded to <home>/.paddlecloud/packages/ only if PFS does not hold i
 leading out of the package are left out. The job starts in the unpacked package.
 
 Only the flags given are sent; the server's defaults fill in the rest (1 trainer, no parameter
-servers, cpu 1, memory 1Gi, gpu 0, entry "python train.py"). Without a name the job is named
-after the package's directory with a random suffix. The job runs in the datacenter the config
+servers, cpu 1, memory 1Gi, gpu 0, entry "python train.py"); -p N, the original design's
+spelling, also asks for N parameter servers unless -pservers says. -t FILE runs python FILE in
+the package. Without a name the job is named after the package's directory with a random
+suffix. The job runs in the datacenter the config
 selects (the global --datacenter). --output is the job's output path unless its value is json,
 yaml or table (the global output format); --output-path is always the path.
 """
@@ -747,7 +815,13 @@ def add_submit_flags(parser: ArgumentParser) -> None:
     )
     add_flag(job, "image", "base-image", metavar="IMAGE", help="the container image to run in (Kubernetes)")
     add_flag(job, "registry", metavar="NAME", help="saved registry credentials to pull the image with")
-    add_flag(job, "topology", short="-t", metavar="FILE", help="the Paddle v1 config file (deprecated)")
+    add_flag(
+        job,
+        "topology",
+        short="-t",
+        metavar="FILE",
+        help="the script each worker runs, within the package: python FILE (the original's; or --entry)",
+    )
     add_flag(job, "passes", type=_count, metavar="N", help="passes over the data (PADDLE_INIT_NUM_PASSES)")
     add_flag(
         job,
@@ -765,18 +839,27 @@ def add_submit_flags(parser: ArgumentParser) -> None:
         "trainer-count",
         short="-p",
         type=_count,
+        action=_Trainers,
         metavar="N",
         help="trainers (default 1)",
     )
     add_flag(
-        sizes, "pservers", "pserver-count", type=_count, metavar="N", help="parameter servers (default 0)"
+        sizes,
+        "pservers",
+        "pserver-count",
+        type=_count,
+        metavar="N",
+        help=f"parameter servers (default 0; with {SEED_TRAINERS} N, the original design's spelling, N)",
     )
     add_flag(
         sizes, "cpu", short="-c", type=_quantity, metavar="Q", help="CPUs per trainer, such as 1 or 500m"
     )
     add_flag(sizes, "gpu", "trainer-gpu-num", type=_count, metavar="N", help="GPUs per trainer")
     add_flag(
-        sizes, "use-gpu", action="store_true", help="give each trainer a GPU (unless --gpu says how many)"
+        sizes,
+        "use-gpu",
+        action="store_true",
+        help="give each trainer a GPU (unless --gpu says how many); also =true or =false",
     )
     add_flag(
         sizes,

@@ -52,7 +52,12 @@ async def submit(request: web.Request) -> web.Response:
         spec = parse_submission(await read_json(request))
     except ValidationError as exc:
         raise validation_problem(exc) from exc
-    result = await request.app[MANAGER].submit(request[IDENTITY], spec, dry_run=dry_run)
+    manager = request.app[MANAGER]
+    result = await manager.submit(request[IDENTITY], spec, dry_run=dry_run)
+    notes = manager.backend.notes(spec)
+    if notes:
+        # Said at once, not only as an event the user may never read.
+        result["warnings"] = notes
     if dry_run:
         return json_response(result)
     response = json_response(result, status=201)

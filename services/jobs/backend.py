@@ -191,6 +191,11 @@ class Backend(abc.ABC):
         the platform's Python)."""
         return None
 
+    def notes(self, spec: JobSpec) -> list[str]:
+        """What the owner should be told at submit about how this backend runs `spec`
+        (what it accepts but does not use); shown by the CLI as warnings."""
+        return []
+
     def refusal(self, spec: JobSpec) -> tuple[str, str] | None:
         """Why this backend can never run `spec` (it asks for more than there is), as the
         spec's field at fault and the reason; None if it can."""

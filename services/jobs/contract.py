@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# Every variable the platform sets; the PyTorch ones only for trainers.
+# Every variable the platform sets; the PyTorch ones only for trainers, and
+# PADDLE_INIT_NUM_PASSES only for a job that gives `passes`.
 PADDLECLOUD_ENV = (
     "PADDLE_JOB_NAME",
     "PADDLE_CLOUD_CURRENT_DATACENTER",
@@ -78,7 +79,7 @@ class JobContract:
     entry: str
     package_dir: str  # TRAINER_PACKAGE
     namespace: str  # "" where there is none
-    passes: int
+    passes: int | None  # None: the job did not ask, and PADDLE_INIT_NUM_PASSES is not set
     use_gpu: bool
     devices_per_trainer: int  # PADDLE_INIT_TRAINER_COUNT, v1's threads or devices per trainer
     pservers: Sequence[tuple[str, int]]
@@ -144,7 +145,6 @@ def contract_env(
         "PADDLE_INIT_PORTS_NUM": "1",
         "PADDLE_INIT_PORTS_NUM_FOR_SPARSE": "0",
         "PADDLE_INIT_TRAINER_COUNT": str(job.devices_per_trainer),
-        "PADDLE_INIT_NUM_PASSES": str(job.passes),
         "PADDLE_INIT_USE_GPU": "1" if job.use_gpu else "0",
         "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(f"{h}:{p}" for h, p in job.pservers),
         "PADDLE_TRAINER_ENDPOINTS": ",".join(f"{h}:{p}" for h, p in job.trainers),
@@ -163,6 +163,10 @@ def contract_env(
         "PADDLE_CURRENT_ENDPOINT": f"{host}:{port}",
         "PADDLE_PORT": str(port),
     }
+    if job.passes is not None:
+        # Only a job that asked for passes is told a number: any default made up here
+        # would override the program's own, which it can apply only when this is unset.
+        env["PADDLE_INIT_NUM_PASSES"] = str(job.passes)
     if devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices) or "void"

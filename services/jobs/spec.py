@@ -14,7 +14,9 @@ refused rather than guessed at, and `env` values must be strings.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Self
 
 from pydantic import (
@@ -137,7 +139,9 @@ class JobSpec(BaseModel):
     pscpu: str | int | float = DEFAULT_CPU  # per parameter server
     psmemory: str | int = DEFAULT_MEMORY  # per parameter server
     passes: Annotated[_Count, Field(ge=1, le=MAX_PASSES)] | None = None
-    topology: str | None = None  # the deprecated v1 config, kept for the v1 runtime
+    # The original's entry script within the package: a submission with it and no entry
+    # runs `python <topology>` (parse_submission); kept as sent, for display.
+    topology: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     datacenter: str | None = None
     input: str | None = None
@@ -346,10 +350,37 @@ def parse_submission(data: Any) -> JobSpec:
     """The spec of a `POST /api/v1/jobs` body, in the current or the original spelling.
 
     The original body's `job_package` and `parallelism` stand for `package` and
-    `trainers`; a body giving both spellings of one field is refused, naming both.
+    `trainers`; a body giving both spellings of one field is refused, naming both. A
+    `topology` without an `entry` runs `python <topology>`.
     Raises `ValidationError`, with each error's `loc` the field name the user sent.
     """
+    if isinstance(data, dict) and isinstance(data.get("topology"), str) and data["topology"].strip():
+        data = _topology_entry(data)
     return JobSpec.model_validate(data)
+
+
+def _topology_entry(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the entry its `topology` names: the original PaddleCloud's `-topology`
+    is the script each worker runs, within the package. Accepted and left unused, it would
+    run `python train.py` instead, so a topology that cannot be run so is refused."""
+    topology: str = data["topology"]
+    runs = f"python {shlex.quote(topology)}"
+    path = PurePosixPath(topology)
+    problem = None
+    if path.is_absolute() or ".." in path.parts:
+        problem = (
+            f"{topology!r} must be a path within the package, such as modules/train.py: "
+            "the topology is the script each worker runs (python FILE, in the package)"
+        )
+    elif data.get("entry") not in (None, runs):
+        problem = (
+            "give either 'entry' or 'topology' (the script to run as python FILE), not both: "
+            f"the topology would run {runs!r}, the entry {data['entry']!r}"
+        )
+    if problem is not None:
+        details = InitErrorDetails(type=_error("topology", problem), loc=("topology",), input=topology)
+        raise ValidationError.from_exception_data(JobSpec.__name__, [details])
+    return {**data, "entry": runs}
 
 
 def _relocated(error: Any, sent_as: dict[str, str]) -> InitErrorDetails:

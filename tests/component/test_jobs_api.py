@@ -392,6 +392,7 @@ async def test_original_body_and_dry_run(jobs: Jobs) -> None:
     body = await resp.json()
     assert resp.status == 200, body
     assert body["dry_run"] is True and body["job"]["spec"]["trainers"] == 2
+    assert body["job"]["spec"]["entry"] == "python conf.py"  # the topology is what runs
     assert [w["name"] for w in body["workers"]] == ["pserver-0", "trainer-0", "trainer-1"]
     assert body["package"] == {"path": package, "kind": "dir", "found": True}
     assert (await jobs.call("GET", "jobs/orig")).status == 404  # nothing started or recorded

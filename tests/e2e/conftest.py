@@ -99,10 +99,17 @@ class Server:
         return self.process.returncode
 
 
-def start_server(home: Path, data_dir: Path, *extra: str) -> Server:
+def start_server(
+    home: Path, data_dir: Path, *extra: str, command: list[str] | None = None, cwd: Path | None = None
+) -> Server:
+    """`paddlecloud server` on a free port; `command` replaces the usual command line
+    (the README's own, whose data directory is the default under HOME)."""
+    default = [sys.executable, "-m", "paddlecloud", "server", "--data-dir", str(data_dir), "--port", "0"]
+    argv = command or default
     process = subprocess.Popen(
-        [sys.executable, "-m", "paddlecloud", "server", "--data-dir", str(data_dir), "--port", "0", *extra],
+        [*argv, *extra],
         env=clean_env(home),
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

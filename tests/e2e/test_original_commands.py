@@ -139,7 +139,9 @@ def test_the_paddlecloud_designs_short_forms_and_verbs(server: Any, tmp_path: Pa
     package = tmp_path / "job_word_emb"
     (package / "modules").mkdir(parents=True)
     (package / "train.py").write_text("import os; print('trainer', os.environ['TRAINER_ID'])\n")
-    (package / "modules" / "train.py").write_text("# the v1 topology\n")
+    (package / "modules" / "train.py").write_text(
+        "import os; print('topology trainer', os.environ['TRAINER_ID'])\n"
+    )
     out = ok(
         paddlectl(
             server, "paddlecloud submit ./job_word_emb -p 4 -c 2 -m 10Gi -t modules/train.py", cwd=tmp_path
@@ -154,10 +156,22 @@ def test_the_paddlecloud_designs_short_forms_and_verbs(server: Any, tmp_path: Pa
         "10Gi",
         "modules/train.py",
     )
-    assert spec["entry"] == "python train.py"  # -m is the memory, not `python -m 10Gi`
+    # -m is the memory, not `python -m 10Gi`; -t is the script that runs, not ignored; and
+    # that design's "-pservers defaults to -p".
+    assert (spec["entry"], spec["pservers"]) == ("python modules/train.py", 4)
     assert name in ok(paddlectl(server, "paddlecloud list -a"))
     assert name in ok(paddlectl(server, "paddlecloud jobs -a"))
     ok(paddlectl(server, f"paddlecloud cancel {name}"))
+    out = ok(
+        paddlectl(
+            server, "paddlecloud submit ./job_word_emb -p 1 -pservers 0 -t modules/train.py -f", cwd=tmp_path
+        )
+    )
+    assert "[trainer-0] topology trainer 0" in out, out
+    both = paddlectl(
+        server, 'paddlectl submit -t modules/train.py -entry "python x.py" ./job_word_emb', cwd=tmp_path
+    )
+    assert both.returncode == 1 and "topology" in both.stderr and "not both" in both.stderr
 
     # A spec the server refuses never "starts": one line, and no "Starting job" before it.
     refused = paddlectl(server, "paddlectl submit -memory 10GB ./job_word_emb", cwd=tmp_path)
@@ -174,15 +188,18 @@ def test_the_original_designs_gnu_long_flags_spelled_as_written(server: Any, tmp
     make_package(tmp_path / "pkg")
     ok(paddlectl(server, "paddlectl mkdir data"))
 
-    out = ok(
-        paddlectl(
-            server,
-            'paddlectl submit --job-name gnu-a --package-path ./pkg --entry-point "python train.py" '
-            "--trainers 2 --pservers 1 --base-image python:3.11-slim --input data --output out "
-            '--env "K=V" -f',
-            cwd=tmp_path,
-        )
+    submitted = paddlectl(
+        server,
+        'paddlectl submit --job-name gnu-a --package-path ./pkg --entry-point "python train.py" '
+        "--trainers 2 --pservers 1 --base-image python:3.11-slim --input data --output out "
+        '--env "K=V" -f',
+        cwd=tmp_path,
     )
+    out = ok(submitted)
+    # An image on one machine is accepted and not used: said at submit, in one line.
+    warned = [line for line in submitted.stderr.splitlines() if "warning" in line]
+    note = "image python:3.11-slim is not used: this backend runs jobs with the platform's Python"
+    assert warned == [f"paddlectl: warning: {note}"], submitted.stderr
     assert "[trainer-0] trainer 0 of 2 K=V" in out and "[trainer-1] trainer 1 of 2 K=V" in out
     assert "[pserver-0] serving as PSERVER" in out and "Job gnu-a SUCCEEDED" in out
     spec = spec_of(server, "gnu-a")
@@ -225,6 +242,8 @@ def test_the_original_designs_gnu_long_flags_spelled_as_written(server: Any, tmp
     for line, gpus in (
         ("paddlectl submit --job-name gnu-d --package-path ./pkg --use-gpu --trainer-gpu-num 2 --dry-run", 2),
         ("paddlectl submit --job-name gnu-e --package-path ./pkg --use-gpu --dry-run", 1),
+        ("paddlectl submit --job-name gnu-e --package-path=./pkg --use-gpu=true --dry-run", 1),
+        ("paddlectl submit --job-name gnu-e --package-path=./pkg --use-gpu=false --dry-run", 0),
     ):
         result = paddlectl(server, line, cwd=tmp_path)
         if result.returncode == 0:
@@ -283,6 +302,17 @@ def test_the_help_screen_and_its_commands(server: Any, tmp_path: Path) -> None:
     assert refused(mistyped, 2) == (
         "paddlectl submit: error: unrecognized arguments: --jobnme ./pkg; did you mean --jobname?"
     )
+    # A Go-style long flag misspelt is not the short flag with a value attached.
+    for typed, meant in (("-parallelsim 2", "-parallelism"), ("-memroy 1Gi", "-memory")):
+        line = refused(paddlectl(server, f"paddlectl submit {typed} ./pkg", cwd=tmp_path), 2)
+        assert line.endswith(f"did you mean {meant}?"), line
+    # The module path is relative to the package directory, and the error says so.
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "train.py").write_text("print('demo')\n")
+    line = refused(
+        paddlectl(server, "paddlectl submit --module=demo.train --package-path=./demo", cwd=tmp_path), 2
+    )
+    assert "relative to the package directory" in line and "did you mean --module train?" in line, line
     nothing_started = ok(paddlectl(server, "paddlectl -o json get jobs -a"))
     assert json.loads(nothing_started)["jobs"] == []
     assert "did you mean help?" in refused(paddlectl(server, "paddlectl hepl submit"), 2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from test_jobs_cli import as_json, ok, run_cli
+from test_readme_tour import paddle_line
 
 pytestmark = pytest.mark.slow
 
@@ -74,11 +76,15 @@ def final_loss(log: str) -> float:
 
 def test_paddle_collective_runs_unchanged_with_two_trainers(server_factory: Any, tmp_path: Path) -> None:
     server = start(server_factory, tmp_path, "paddle_collective")
-    package = tmp_path / "paddle_collective"
+    package = tmp_path / "examples" / "paddle_collective"
     shutil.copytree(EXAMPLES / "paddle_collective", package, ignore=shutil.ignore_patterns("output"))
-    out = ok(run_cli(server, "submit", "-f", "-jobname", "collective", "-parallelism", "2", str(package)))
-    assert "Job collective SUCCEEDED" in out, out
-    job = as_json(run_cli(server, "-o", "json", "get", "job", "collective"))
+    # The README tour's own line (tests/e2e/test_readme_tour.py runs the rest of the tour).
+    prog, *args = shlex.split(paddle_line(), comments=True)
+    assert prog == "paddlecloud" and "-jobname" in args, args
+    name = args[args.index("-jobname") + 1]
+    out = ok(run_cli(server, *args, cwd=tmp_path))
+    assert f"Job {name} SUCCEEDED" in out, out
+    job = as_json(run_cli(server, "-o", "json", "get", "job", name))
     assert job["state"] == "SUCCEEDED", job["reason"]
     assert [e["state"] for e in job["events"] if e["type"] == "state"] == [
         "PENDING",
@@ -86,12 +92,12 @@ def test_paddle_collective_runs_unchanged_with_two_trainers(server_factory: Any,
         "RUNNING",
         "SUCCEEDED",
     ]
-    logs = ok(run_cli(server, "logs", "collective"))
+    logs = ok(run_cli(server, "logs", name))
     assert "[trainer-0] trainer 0 of 2 on cpu (backend gloo)" in logs
     assert "[trainer-1] trainer 1 of 2 on cpu (backend gloo)" in logs
     assert final_loss(logs) < COLLECTIVE_THRESHOLD, logs
     # -n counts per worker, the build's log one more.
-    tail = ok(run_cli(server, "logs", "-n", "2", "collective")).splitlines()
+    tail = ok(run_cli(server, "logs", "-n", "2", name)).splitlines()
     assert len(tail) <= 3 * 2 and sum(line.startswith("[build] ") for line in tail) == 2, tail
 
 

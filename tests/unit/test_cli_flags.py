@@ -42,6 +42,19 @@ def test_booleans_and_short_options_keep_working() -> None:
     assert parser.parse_args(["--rm"]).rm is True
     assert parser.parse_args(["-ojson"]).output == "json"
     assert parser.parse_args(["-output", "yaml"]).output == "yaml"
+    # Go's flag package takes =true/=false for an on/off flag; the other value is its default.
+    assert parser.parse_args(["--rm=true"]).rm is True
+    assert parser.parse_args(["-rm=false"]).rm is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rm=maybe"])
+    # A short flag with its value attached is not taken for a misspelt long flag.
+    attached = build_parser().parse_args(["submit", "-p4", "-m10Gi", "-c2", "-tmodules/t.py", "pkg"])
+    assert (attached.parallelism, attached.memory, attached.cpu, attached.topology) == (
+        4,
+        "10Gi",
+        "2",
+        "modules/t.py",
+    )
 
 
 @pytest.mark.parametrize("argv", [["--job", "x"], ["-job", "x"], ["-para", "2"], ["--train", "2"]])

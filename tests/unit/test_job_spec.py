@@ -77,7 +77,6 @@ FULL = {
     "pscpu": 2,
     "psmemory": "1.5Gi",
     "passes": 10,
-    "topology": "settings(batch_size=128)",
     "env": {"GLOG_v": "3", "_LIB": "x=1"},
     "datacenter": "dc1",
     "input": "data/train",
@@ -88,7 +87,7 @@ FULL = {
 
 def test_every_field_is_kept_with_the_users_spelling_and_normalised_accessors() -> None:
     spec = parse_submission(FULL)
-    assert spec.to_dict() == FULL
+    assert spec.to_dict() == FULL | {"topology": None}
     assert (spec.cpu_milli, spec.memory_bytes, spec.pscpu_milli, spec.psmemory_bytes) == (
         500,
         512 * 2**20,
@@ -101,6 +100,22 @@ def test_round_trip_gives_an_equal_spec() -> None:
     for body in (BASE, FULL, {"job_package": "p", "parallelism": 3, "name": "old", "topology": "t"}):
         spec = parse_submission(body)
         assert JobSpec.model_validate(spec.to_dict()) == spec
+
+
+def test_a_topology_is_the_script_that_runs_or_is_refused() -> None:
+    """The original's `-t modules/train.py` runs that file; never accepted and left unused."""
+    spec = parse_submission(BASE | {"topology": "modules/my train.py"})
+    assert (spec.entry, spec.topology) == ("python 'modules/my train.py'", "modules/my train.py")
+    assert parse_submission(BASE | {"topology": "t.py", "entry": "python t.py"}).entry == "python t.py"
+    for body, words in (
+        (BASE | {"topology": "t.py", "entry": "python other.py"}, "not both"),
+        (BASE | {"topology": "../t.py"}, "within the package"),
+        (BASE | {"topology": "/etc/t.py"}, "within the package"),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            parse_submission(body)
+        (error,) = caught.value.errors()
+        assert error["loc"] == ("topology",) and words in error["msg"], error
 
 
 def test_spec_is_frozen() -> None:

@@ -124,6 +124,19 @@ def test_module_becomes_the_entry_and_cannot_be_given_with_entry() -> None:
         spec_of(["submit", "--name", "x", "--module", "m", "--entry", "python a.py", "pkg"])
 
 
+def test_a_module_path_from_the_packages_parent_is_refused_saying_what_it_is_relative_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "train.py").write_text("print(1)\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"relative to the package directory.*did you mean --module train"):
+        spec_of(["submit", "--module=demo.train", "--package-path=./demo"])
+    assert spec_of(["submit", "--module", "train", "./demo"])["entry"] == "python -m train"
+    # One the package does not hold may come from its requirements: not ours to refuse.
+    assert spec_of(["submit", "--module", "paddle.run", "./demo"])["entry"] == "python -m paddle.run"
+
+
 @pytest.mark.parametrize(
     ("argv", "package", "job_output", "fmt"),
     [
@@ -335,7 +348,12 @@ def test_the_original_short_forms_mean_what_the_original_docs_say() -> None:
         "10Gi",
         "modules/train.py",
     )
-    assert "entry" not in spec
+    assert "entry" not in spec  # the server runs the topology: python modules/train.py
+    # "-pservers defaults to -p" in that design; every other spelling's default is none.
+    assert spec["pservers"] == 4
+    assert spec_of(["submit", "-p", "4", "-pservers", "1", "pkg"])["pservers"] == 1
+    assert "pservers" not in spec_of(["submit", "-parallelism", "4", "pkg"])
+    assert "pservers" not in spec_of(["submit", "--trainers", "4", "pkg"])
     with pytest.raises(SystemExit):
         spec_of(["submit", "--name", "x", "-m", "trainer.main", "pkg"])  # ambiguous: refused, saying which
 

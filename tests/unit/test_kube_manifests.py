@@ -330,7 +330,7 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
     waits = role == names.ROLE_TRAINER and spec.pservers > 0
     assert init_names == ["unpack", *(["wait-pservers"] if waits else [])]
     assert_pfs_mounts(plan, pod)
-    assert_contract_keys(role, main)
+    assert_contract_keys(role, main, passes=spec.passes)
 
 
 def assert_pfs_mounts(plan: JobPlan, pod: dict[str, Any]) -> None:
@@ -364,10 +364,14 @@ def assert_pfs_mounts(plan: JobPlan, pod: dict[str, Any]) -> None:
             assert mount.get("subPath", "") != "" or mount["name"] != manifests.PFS_VOLUME
 
 
-def assert_contract_keys(role: str, container: dict[str, Any]) -> None:
+def assert_contract_keys(role: str, container: dict[str, Any], *, passes: int | None) -> None:
     keys = [var["name"] for var in container["env"]]
     assert len(keys) == len(set(keys))
     expected = set(PADDLECLOUD_ENV + PADDLE_V1_ENV + FLEET_ENV + KUBEFLOW_ENV)
+    if passes is None:
+        # A job that gives no passes is told none: its program's own default applies.
+        expected.discard("PADDLE_INIT_NUM_PASSES")
+        assert "PADDLE_INIT_NUM_PASSES" not in keys
     if role == names.ROLE_TRAINER:
         expected |= set(PYTORCH_ENV)
     else:
@@ -872,7 +876,7 @@ def local_envs(plan: JobPlan) -> dict[tuple[str, int], dict[str, str]]:
         psentry=spec.psentry,
         trainers=spec.trainers,
         pservers=spec.pservers,
-        passes=spec.passes or 1,
+        passes=spec.passes,
         env=env,
         use_gpu=spec.gpu > 0,
         max_restarts=spec.max_restarts,

@@ -105,6 +105,12 @@ def test_paddle_v1_style() -> None:
     assert make_plan(use_gpu=False).workers[0].env["PADDLE_INIT_USE_GPU"] == "0"
 
 
+def test_a_job_that_gives_no_passes_is_told_none() -> None:
+    # The program's own default applies only while the variable is unset (issue 28).
+    for worker in make_plan(passes=None).workers:
+        assert "PADDLE_INIT_NUM_PASSES" not in worker.env
+
+
 def test_fleet_style() -> None:
     plan = make_plan()
     for worker in plan.workers:

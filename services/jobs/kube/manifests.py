@@ -749,7 +749,7 @@ def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
         entry=_literal(spec.entry),
         package_dir=WORK_DIR,
         namespace=plan.namespace,
-        passes=spec.passes or 1,
+        passes=spec.passes,
         use_gpu=spec.gpu > 0,
         devices_per_trainer=max(spec.gpu, 1),
         pservers=pservers,

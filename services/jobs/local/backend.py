@@ -471,7 +471,7 @@ class LocalBackend(Backend):
             psentry=spec.psentry,
             trainers=spec.trainers,
             pservers=spec.pservers,
-            passes=spec.passes or 1,
+            passes=spec.passes,
             env=env,
             use_gpu=spec.gpu > 0,
             max_restarts=spec.max_restarts,
@@ -497,7 +497,7 @@ class LocalBackend(Backend):
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:
             # The first line of the job's events; the supervisor appends the rest.
-            note = f"image {spec.image} is not used: this backend runs jobs with the platform's Python"
+            (note,) = self.notes(spec)
             event = {
                 "time": utcnow().isoformat(),
                 "type": "Warning",
@@ -506,6 +506,11 @@ class LocalBackend(Backend):
             }
             (job_dir / "events.jsonl").write_text(json.dumps(event) + "\n", encoding="utf-8")
         return plan
+
+    def notes(self, spec: JobSpec) -> list[str]:
+        if spec.image is None:
+            return []
+        return [f"image {spec.image} is not used: this backend runs jobs with the platform's Python"]
 
     def _package_dir(self, launch: Launch, job_dir: Path) -> Path:
         """The directory the workers run in: the PFS directory itself, or the archive unpacked."""

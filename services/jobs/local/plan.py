@@ -243,7 +243,7 @@ def build_plan(
     psentry: str | None = None,
     trainers: int,
     pservers: int,
-    passes: int,
+    passes: int | None,
     env: Mapping[str, str],
     use_gpu: bool,
     max_restarts: int,
