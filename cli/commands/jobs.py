@@ -135,6 +135,8 @@ def _check_module(module: str, source: str) -> None:
     (as in gcloud's `--module-name`) names no module and `--module train` is meant. Only a
     module named after a local package directory that does not hold it is refused: any other
     may come from the job's requirements."""
+    from ..paddlejob import pfs_package
+
     root = Path(source) if source and pfs_package(source) is None else None
     if root is None or not root.is_dir():
         return  # an archive or a PFS path: nothing to look into here

@@ -93,6 +93,8 @@ async def create_user(ctx: Context, args: argparse.Namespace) -> int:
 
 def _quota_line(quota: Mapping[str, Any], name: str) -> str:
     """What a new user may use, in one line: the server's default quota for new users."""
+    from ..client import QUOTA_KEYS
+
     if all(quota.get(key) is None for key in QUOTA_KEYS):
         return (
             f"Quota: unlimited; set one with `paddlecloud users quota {name}`, "
