@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import getpass
 
-from ..client import AsyncClient
 from ..config import Datacenter, save_config
 from ..context import Context, UsageError
 from ..flags import add_flag
@@ -22,6 +21,8 @@ async def login(ctx: Context, args: argparse.Namespace) -> int:
         client = ctx.client()
         answer = await client.login()
     else:
+        from ..client import AsyncClient
+
         slot = ctx.token_cache().slot(datacenter.name, datacenter.username, datacenter.endpoint)
         async with AsyncClient(
             datacenter.endpoint, datacenter.username, password, token_cache=slot, log=ctx.log
