@@ -282,6 +282,31 @@ class AsyncClient:
         params = {"home": "remove" if remove_home else "archive"}
         await self.request("DELETE", f"users/{quote(name, safe='')}", params=params)
 
+    async def change_password(self, current: str, new: str) -> Token:
+        """Change your own password. The server revokes every token of yours and hands this
+        client a new one, which it keeps (and caches) and goes on with; it logs in with `new`
+        from now on. Returns `{user, admin, expires_at, token}`."""
+        body = await self._object(
+            "PUT", "auth/password", json={"current_password": current, "new_password": new}
+        )
+        token = body.get("token")
+        if not isinstance(token, str):
+            raise UnexpectedAnswer(f"{self.endpoint} answered the password change without a token")
+        self._password = new
+        self._token = token
+        self._token_loaded = True
+        expires_at = body.get("expires_at")
+        self._expires_at = expires_at if isinstance(expires_at, str) else None
+        if self._cache is not None:
+            self._cache.store(token, self._expires_at)
+        return Token.from_dict(body)
+
+    async def reset_password(self, name: str, password: str) -> User:
+        """Set another user's password (admin only); every token of theirs is revoked."""
+        return await self._answer(
+            User, "PUT", f"users/{quote(name, safe='')}/password", json={"password": password}
+        )
+
     async def set_quota(self, name: str, **quota: str | int | None) -> User:
         """Replace a user's quota (admin only): `cpu`, `memory`, `storage` as Kubernetes quantities
         (`"4"`, `"500m"`, `"8Gi"`), `gpu` and `jobs` as integers; a key left out or None means
@@ -479,13 +504,20 @@ class AsyncClient:
 
     async def job(self, name: str) -> Job:
         """One job, with its `events` and `workers`."""
-        return await self._answer(Job, "GET", _job_path(name))
+        path, params = _job_path(name)
+        return await self._answer(Job, "GET", path, params=params)
 
     async def jobs(
-        self, all: bool = False, state: str | Sequence[str] | None = None, limit: int | None = None
+        self,
+        all: bool = False,
+        state: str | Sequence[str] | None = None,
+        limit: int | None = None,
+        *,
+        all_users: bool = False,
     ) -> list[Job]:
         """Your jobs, newest first: active ones, or with `all` finished ones too; `state` filters
-        (one state or several). Follows the server's pages up to `limit` jobs (None: all)."""
+        (one state or several). Follows the server's pages up to `limit` jobs (None: all).
+        `all_users` (administrators only) lists every user's; each job says its `owner`."""
         states = state if isinstance(state, str) or state is None else ",".join(state)
         found: list[Job] = []
         cursor: str | None = None
@@ -493,6 +525,7 @@ class AsyncClient:
             page = JOBS_PAGE if limit is None else max(1, min(JOBS_PAGE, limit - len(found)))
             params: dict[str, QueryValue] = {
                 "all": all or None,
+                "all_users": all_users or None,
                 "state": states,
                 "limit": page,
                 "cursor": cursor,
@@ -510,11 +543,15 @@ class AsyncClient:
 
     async def workers(self, name: str) -> list[Worker]:
         """The job's parameter servers and trainers."""
-        return await self._list(Worker, "GET", _job_path(name, "workers"), "workers")
+        path, params = _job_path(name, "workers")
+        body = await self._object("GET", path, params=params)
+        return self._items(Worker, body, f"GET {path}", "workers")
 
     async def events(self, name: str) -> list[Event]:
         """The job's events, oldest first."""
-        return await self._list(Event, "GET", _job_path(name, "events"), "events")
+        path, params = _job_path(name, "events")
+        body = await self._object("GET", path, params=params)
+        return self._items(Event, body, f"GET {path}", "events")
 
     async def quota(self) -> Quota:
         """Your usage against your limits (cpu, gpu, memory, jobs, storage), and the GPUs held."""
@@ -540,7 +577,8 @@ class AsyncClient:
     async def kill(self, name: str, rm: bool = False) -> Job | None:
         """Stop every process of the job (it ends KILLED if it was still active) and return it;
         with `rm` also remove it and its logs from history (returns None then)."""
-        body = await self.request("DELETE", _job_path(name), params={"rm": rm or None})
+        path, params = _job_path(name)
+        body = await self.request("DELETE", path, params={**params, "rm": rm or None})
         return Job.from_dict(body) if isinstance(body, dict) else None
 
     async def wait(
@@ -597,7 +635,8 @@ class AsyncClient:
                 total=None, connect=self._timeout, sock_connect=self._timeout, sock_read=None
             )
         while True:
-            query: list[tuple[str, str]] = []
+            path, owner = _job_path(name, "logs")
+            query: list[tuple[str, str]] = list(owner.items())
             if last is not None:
                 query.append(("cursor", last))
             elif tail is not None:
@@ -607,7 +646,7 @@ class AsyncClient:
             if role:
                 query.append(("role", role))
             query.extend(("worker", w) for w in workers)
-            path = _job_path(name, "logs") + ("?" + urlencode(query) if query else "")
+            path += "?" + urlencode(query) if query else ""
             try:
                 async with self.open(
                     "GET", path, headers={"Accept": NDJSON}, client_timeout=timeout
@@ -943,8 +982,14 @@ class AsyncClient:
         return ConnectionProblem(self.endpoint, reason)
 
 
-def _job_path(name: str, *rest: str) -> str:
-    return "/".join(["jobs", quote(name, safe=""), *rest])
+def _job_path(name: str, *rest: str) -> tuple[str, dict[str, str]]:
+    """The API path of a job and its query: `NAME` is one of yours, `USER/NAME` one of that
+    user's (which only an administrator may name)."""
+    user, slash, job = name.rpartition("/")
+    if slash and (not user or not job or "/" in user):
+        raise PaddleCloudError(f"{name!r} is not a job: give NAME, or USER/NAME for another user's job")
+    path = "/".join(["jobs", quote(job, safe=""), *rest])
+    return path, ({"user": user} if slash else {})
 
 
 def _query(params: Mapping[str, QueryValue] | None) -> dict[str, str] | None:
@@ -1078,6 +1123,8 @@ class Client:
     create_user = _blocking(AsyncClient.create_user)
     delete_user = _blocking(AsyncClient.delete_user)
     set_quota = _blocking(AsyncClient.set_quota)
+    change_password = _blocking(AsyncClient.change_password)
+    reset_password = _blocking(AsyncClient.reset_password)
 
     @overload
     def submit(self, spec: Mapping[str, Any], dry_run: Literal[False] = False) -> Job: ...

@@ -417,6 +417,8 @@ JOB_COLUMNS: list[Column] = [
     ("AGE", lambda job: age(job.get("created_at"))),
     ("REASON", lambda job: shorten(job.get("reason"))),
 ]
+# `get jobs -A`: whose each job is, first, as kubectl puts NAMESPACE.
+ALL_USERS_COLUMNS: list[Column] = [("USER", "owner"), *JOB_COLUMNS]
 # A table's REASON cell; `get job` and `-o json` keep the whole reason.
 REASON_WIDTH = 80
 
@@ -458,16 +460,18 @@ EVENT_COLUMNS: list[Column] = [
 
 async def get_jobs(ctx: Context, args: argparse.Namespace) -> int:
     show_all = bool(getattr(args, "all", False))
+    all_users = bool(getattr(args, "all_users", False))
     # A state filter looks at finished jobs too: `--state FAILED` alone should find them.
     jobs = await ctx.client().jobs(
-        all=show_all or bool(args.state), state=args.state or None, limit=args.limit
+        all=show_all or bool(args.state), state=args.state or None, limit=args.limit, all_users=all_users
     )
     empty = (
         "No jobs."
         if show_all or args.state
         else f"No active jobs ({ctx.prog} get jobs -a lists finished ones too)."
     )
-    ctx.emit({"jobs": jobs}, lambda: render_table(jobs, JOB_COLUMNS, empty=empty))
+    columns = ALL_USERS_COLUMNS if all_users else JOB_COLUMNS
+    ctx.emit({"jobs": jobs}, lambda: render_table(jobs, columns, empty=empty))
     return 0
 
 
@@ -885,6 +889,10 @@ def add_submit_flags(parser: ArgumentParser) -> None:
     add_flag(run, "dry-run", "dryrun", action="store_true", help="pack and check, upload and start nothing")
 
 
+ALL_USERS_HELP = "every user's jobs, with a USER column (admins only)"
+JOB_HELP = "a job of yours, or USER/NAME: another user's (admins only)"
+
+
 def _register_get(tree: CommandTree) -> None:
     get = tree.group("get", help="show resources: jobs, job NAME, workers NAME, quota, users")
     # The original client took `-a` before the resource: `paddlecloud get -a jobs`.
@@ -905,6 +913,7 @@ def _register_get(tree: CommandTree) -> None:
         epilog=(
             "examples:\n  paddlecloud get jobs\n  paddlecloud get jobs -a\n"
             "  paddlecloud get jobs --state FAILED -o json\n"
+            "  paddlecloud get jobs -A            (admins: every user's jobs)\n"
         ),
     )
     add_flag(
@@ -919,14 +928,18 @@ def _register_get(tree: CommandTree) -> None:
         help="only jobs in this state (repeat for more)",
     )
     add_flag(listing, "limit", type=_positive, metavar="N", help="at most N jobs")
+    add_flag(listing, "all-users", short="-A", action="store_true", help=ALL_USERS_HELP)
 
     one = get.command(
         "job",
         get_job,
         help="show one job: spec, state, workers and events",
-        epilog="examples:\n  paddlecloud get job fit-a-line\n  paddlecloud get job fit-a-line -o yaml\n",
+        epilog=(
+            "examples:\n  paddlecloud get job fit-a-line\n  paddlecloud get job fit-a-line -o yaml\n"
+            "  paddlecloud get job alice/fit-a-line   (admins: another user's job)\n"
+        ),
     )
-    one.add_argument("job", metavar="JOB")
+    one.add_argument("job", metavar="JOB", help=JOB_HELP)
 
     workers = get.command(
         "workers",
@@ -934,7 +947,7 @@ def _register_get(tree: CommandTree) -> None:
         help="list a job's parameter servers and trainers",
         epilog="examples:\n  paddlecloud get workers fit-a-line\n",
     )
-    workers.add_argument("job", metavar="JOB")
+    workers.add_argument("job", metavar="JOB", help=JOB_HELP)
 
     get.command(
         "quota",
@@ -964,13 +977,14 @@ def _register_verbs(tree: CommandTree) -> None:
     add_flag(listing, "all", short="-a", action="store_true", help="finished jobs too")
     add_flag(listing, "state", action="append", type=str.upper, metavar="STATE", help="only this state")
     add_flag(listing, "limit", type=_positive, metavar="N", help="at most N jobs")
+    add_flag(listing, "all-users", short="-A", action="store_true", help=ALL_USERS_HELP)
     status = tree.command(
         "status",
         get_job,
         help="show one job (same as get job)",
         epilog="examples:\n  paddlecloud status fit-a-line\n",
     )
-    status.add_argument("job", metavar="JOB")
+    status.add_argument("job", metavar="JOB", help=JOB_HELP)
 
 
 def register(tree: CommandTree) -> None:
@@ -993,9 +1007,10 @@ def register(tree: CommandTree) -> None:
             "  paddlecloud logs -n 20 -f fit-a-line\n"
             "  paddlecloud logs --role pserver fit-a-line\n"
             "  paddlecloud logs -w trainer-1 fit-a-line\n"
+            "  paddlecloud logs alice/fit-a-line   (admins: another user's job)\n"
         ),
     )
-    follow.add_argument("job", metavar="JOB")
+    follow.add_argument("job", metavar="JOB", help=JOB_HELP)
     add_flag(
         follow,
         "tail",
@@ -1031,7 +1046,10 @@ def register(tree: CommandTree) -> None:
             "Stop every process of a job; it ends KILLED. With -rm it is also removed from your\n"
             "history, with its logs, and its name can be used again."
         ),
-        epilog="examples:\n  paddlecloud kill fit-a-line\n  paddlecloud kill -rm fit-a-line\n",
+        epilog=(
+            "examples:\n  paddlecloud kill fit-a-line\n  paddlecloud kill -rm fit-a-line\n"
+            "  paddlecloud kill alice/fit-a-line   (admins: another user's job)\n"
+        ),
     )
-    stop.add_argument("jobs", nargs="+", metavar="JOB")
+    stop.add_argument("jobs", nargs="+", metavar="JOB", help=JOB_HELP)
     add_flag(stop, "rm", action="store_true", help="also remove the job and its logs from history")

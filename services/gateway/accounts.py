@@ -226,6 +226,41 @@ class Accounts:
         log.info("user_created", name=name, admin=admin)
         return user
 
+    async def change_password(
+        self, name: str, current: str, new: str, address: str = ""
+    ) -> tuple[str, Token, User]:
+        """Replace the user's password after checking the current one, end every session of
+        theirs, and open a new one for the caller: (token, record, user). The check counts
+        against the login limits as a login would (a stolen session must not become a way to
+        guess the password); LoginFailed, LoginLimited."""
+        if self._limiter is not None:
+            refusal = self._limiter.check(name, address)
+            if refusal is not None:
+                log.info("password_change_limited", username=name, reason=refusal.reason)
+                raise LoginLimited(refusal)
+        user = await self._store.get_user(name)
+        if user is None or not await self._verify(user.password_hash, current):
+            if self._limiter is not None:
+                self._limiter.failed(name, address)
+            log.info("password_change_refused", username=name)
+            raise LoginFailed
+        await self.set_password(name, new)
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        record = Token(token_hash=hash_token(token), user=name, expires_at=utcnow() + self._ttl)
+        await self._store.add_token(record)
+        if self._limiter is not None:
+            self._limiter.succeeded(name)
+        return token, record, user
+
+    async def set_password(self, name: str, password: str) -> User | None:
+        """Store a new password for the user and end every session of theirs (the tokens
+        issued with the old one); None if there is no such user."""
+        user = await self._store.update_user(name, password_hash=await self.hash_password(password))
+        if user is not None:
+            await self.revoke_user(name)
+            log.info("password_set", name=name)
+        return user
+
     async def set_quota(self, name: str, quota: Quota) -> User | None:
         return await self._store.update_user(name, quota=quota)
 

@@ -34,7 +34,7 @@ from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
 from .accounts import MIN_PASSWORD_LENGTH, LoginFailed, LoginLimited, Session
-from .errors import BAD_CREDENTIALS
+from .errors import BAD_CREDENTIALS, WRONG_PASSWORD
 from .keys import ACCOUNTS, JOBS_CLIENT, PFS_CLIENT
 from .openapi import openapi_document
 
@@ -63,6 +63,15 @@ class UserCreate(_Body):
     )
     password: Annotated[str, StringConstraints(min_length=MIN_PASSWORD_LENGTH, max_length=1024)]
     admin: bool = False
+
+
+class PasswordChange(_Body):
+    current_password: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    new_password: Annotated[str, StringConstraints(min_length=MIN_PASSWORD_LENGTH, max_length=1024)]
+
+
+class PasswordReset(_Body):
+    password: Annotated[str, StringConstraints(min_length=MIN_PASSWORD_LENGTH, max_length=1024)]
 
 
 class QuotaUpdate(_Body):
@@ -235,6 +244,60 @@ async def whoami(request: web.Request) -> web.Response:
     )
 
 
+async def change_password(request: web.Request) -> web.Response:
+    """The caller's own password: the current one is checked (under the login limits), every
+    session of theirs ends, and the caller gets a new one in its place — in the body for a
+    token client, as a new session cookie for the dashboard (whose page never sees tokens)."""
+    body = await parse_body(request, PasswordChange)
+    if body.new_password == body.current_password:
+        raise errors.field_problem("new_password", "is the same as the current password")
+    session = request[SESSION]
+    try:
+        token, record, user = await request.app[ACCOUNTS].change_password(
+            session.identity.user, body.current_password, body.new_password, request.remote or ""
+        )
+    except LoginFailed:
+        # Not a 401: the caller's session is fine, and a client would log in again and retry.
+        message = "the current password is wrong"
+        raise WRONG_PASSWORD(
+            f"current_password: {message}.", errors=[{"field": "current_password", "message": message}]
+        ) from None
+    except LoginLimited as exc:
+        raise limited_problem(exc) from None
+    answer: dict[str, Any] = {
+        "user": user.name,
+        "admin": user.admin,
+        "expires_at": record.expires_at.isoformat(),
+    }
+    from_browser = "Authorization" not in request.headers
+    if not from_browser:
+        answer["token"] = token
+    response = json_response(answer)
+    if from_browser:
+        ttl = request.app[CONFIG].gateway.token_ttl_seconds
+        browser.set_session_cookie(response, request, token, ttl)
+    log.info("password_changed")
+    return response
+
+
+async def reset_password(request: web.Request) -> web.Response:
+    """An administrator sets another user's password (a forgotten one): every session of
+    theirs ends. Their own password an administrator changes with the current one."""
+    admin = require_admin(request)
+    name = request.match_info["name"]
+    body = await parse_body(request, PasswordReset)
+    if name == admin.user:
+        raise errors.CONFLICT(
+            "Change your own password with PUT /api/v1/auth/password (`paddlecloud passwd`), "
+            "which asks for the current one."
+        )
+    user = await request.app[ACCOUNTS].set_password(name, body.password)
+    if user is None:
+        raise errors.NOT_FOUND(f"There is no user named {name!r}.")
+    log.info("password_reset", name=name)
+    return json_response(render_user(user))
+
+
 async def list_users(request: web.Request) -> web.Response:
     require_admin(request)
     users = await request.app[STORE].list_users()
@@ -312,9 +375,11 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/api/v1/auth/token", create_token)
     r.add_delete("/api/v1/auth/token", delete_token)
     r.add_get("/api/v1/auth/whoami", whoami)
+    r.add_put("/api/v1/auth/password", change_password)
     r.add_get("/api/v1/users", list_users)
     r.add_post("/api/v1/users", create_user)
     r.add_delete("/api/v1/users/{name}", delete_user)
     r.add_put("/api/v1/users/{name}/quota", set_quota)
+    r.add_put("/api/v1/users/{name}/password", reset_password)
     r.add_get("/api/v1/version", version)
     r.add_get("/api/v1/openapi.json", openapi)

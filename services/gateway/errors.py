@@ -25,9 +25,13 @@ __all__ = [
     "UPSTREAM_TIMEOUT",
     "UPSTREAM_UNAVAILABLE",
     "UPSTREAM_UNREACHABLE",
+    "WRONG_PASSWORD",
 ]
 
 BAD_CREDENTIALS = ErrorKind("ERR_BAD_CREDENTIALS", 401, "Wrong username or password")
+# A password change whose current password is wrong: a 403, not a 401, since the session
+# that asked is valid (a client that saw 401 would log in again and resend the same guess).
+WRONG_PASSWORD = ErrorKind("ERR_WRONG_PASSWORD", 403, "Wrong password")
 # A cookie-authenticated (browser) request that changes state without its CSRF token.
 CSRF_REFUSED = ErrorKind("ERR_CSRF", 403, "Cross-site request refused")
 

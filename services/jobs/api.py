@@ -1,7 +1,9 @@
 """The jobs service's HTTP API (docs/api.md, "API notes (jobs)"): parse, call the manager,
 render. Every call acts on the caller's own jobs: another user's job is a 404, as if it did
-not exist. Refusals come from the domain as its errors (errors.py), which the service's
-middleware shows as problems."""
+not exist. An administrator may name another user's jobs with `?user=NAME`, and list every
+user's with `?all_users=1` (docs/api.md); anyone else asking so is refused with a 403.
+Refusals come from the domain as its errors (errors.py), which the service's middleware
+shows as problems."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pydantic import ValidationError
 from paddlecloud.common import errors
 from paddlecloud.common.keys import IDENTITY
 from paddlecloud.common.logstream import stream_lines
-from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES
+from paddlecloud.common.store.models import ACTIVE_STATES, JOB_STATES, USER_NAME
 from paddlecloud.common.web import (
     json_response,
     query_flag,
@@ -46,6 +48,21 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/api/v1/registries/{name}", delete_registry)
 
 
+def _owner(request: web.Request) -> str:
+    """Whose jobs the call is about: the caller's, or with `?user=NAME` that user's, which
+    only an administrator may name."""
+    identity = request[IDENTITY]
+    user = request.query.get("user")
+    if user is None or user == identity.user:
+        return identity.user
+    if not identity.admin:
+        message = f"only administrators may see or stop another user's jobs, and {user[:40]!r} is not you"
+        raise errors.FORBIDDEN(f"user: {message}", errors=[{"field": "user", "message": message}])
+    if not USER_NAME.match(user):
+        raise query_problem("user", f"{user[:40]!r} is not a user name")
+    return user
+
+
 async def submit(request: web.Request) -> web.Response:
     dry_run = query_flag(request, "dry_run")
     try:
@@ -77,15 +94,23 @@ async def list_jobs(request: web.Request) -> web.Response:
         states = set(ACTIVE_STATES)
     limit = query_int(request, "limit", 1, MAX_LIST_LIMIT, default=50)
     assert limit is not None
+    owner: str | None = _owner(request)
+    if query_flag(request, "all_users"):
+        if not request[IDENTITY].admin:
+            message = "only administrators may list every user's jobs"
+            raise errors.FORBIDDEN(
+                f"all_users: {message}", errors=[{"field": "all_users", "message": message}]
+            )
+        owner = None
     jobs, cursor = await request.app[MANAGER].list_jobs(
-        request[IDENTITY].user, states=states or None, limit=limit, cursor=request.query.get("cursor")
+        owner, states=states or None, limit=limit, cursor=request.query.get("cursor")
     )
     return json_response({"jobs": [job_view(j) for j in jobs], "next_cursor": cursor})
 
 
 async def get_job(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
-    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    job = await manager.get(_owner(request), request.match_info["name"])
     view = job_view(job)
     view["events"] = [event_view(e) for e in await manager.events(job)]
     view["workers"] = [w.to_dict() for w in await manager.workers(job)]
@@ -94,19 +119,22 @@ async def get_job(request: web.Request) -> web.Response:
 
 async def get_workers(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
-    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    job = await manager.get(_owner(request), request.match_info["name"])
     return json_response({"workers": [w.to_dict() for w in await manager.workers(job)]})
 
 
 async def get_events(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
-    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    job = await manager.get(_owner(request), request.match_info["name"])
     return json_response({"events": [event_view(e) for e in await manager.events(job)]})
 
 
 async def kill_job(request: web.Request) -> web.Response:
     remove = query_flag(request, "rm")
-    job = await request.app[MANAGER].kill(request[IDENTITY], request.match_info["name"], remove=remove)
+    manager = request.app[MANAGER]
+    job = await manager.kill(
+        request[IDENTITY], request.match_info["name"], remove=remove, owner=_owner(request)
+    )
     if job is None:
         return web.Response(status=204)
     return json_response(job_view(job))
@@ -147,7 +175,7 @@ async def delete_registry(request: web.Request) -> web.Response:
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
     manager = request.app[MANAGER]
-    job = await manager.get(request[IDENTITY].user, request.match_info["name"])
+    job = await manager.get(_owner(request), request.match_info["name"])
     roles = set()
     for role in request.query.getall("role", []):
         if role.lower() not in ROLES:

@@ -725,9 +725,10 @@ class JobManager:
         return job
 
     async def list_jobs(
-        self, owner: str, *, states: Collection[str] | None, limit: int, cursor: str | None
+        self, owner: str | None, *, states: Collection[str] | None, limit: int, cursor: str | None
     ) -> tuple[list[Job], str | None]:
-        """A page of the owner's jobs, newest first, and the cursor of the next page."""
+        """A page of the owner's jobs (every user's for None), newest first, and the cursor of
+        the next page."""
         try:
             return await self._store.list_jobs(owner, states=states, limit=limit, cursor=cursor)
         except StoreError as exc:  # the only one list_jobs raises for what it was given
@@ -765,7 +766,8 @@ class JobManager:
             try:
                 # `tail` counts per worker, and the build is one more (docs/jobs.md).
                 async for item in self._builder.logs(
-                    identity,
+                    # The build is the job owner's, whoever reads its log (an administrator).
+                    Identity(job.owner),
                     job.build_id,
                     follow=query.follow,
                     cursor=cursor[2:] if cursor else None,
@@ -791,9 +793,12 @@ class JobManager:
 
     # -- kill ------------------------------------------------------------------------
 
-    async def kill(self, identity: Identity, name: str, *, remove: bool) -> Job | None:
-        """Stop the job if it is active and record KILLED; with `remove`, forget it too."""
-        job = await self.get(identity.user, name)
+    async def kill(
+        self, identity: Identity, name: str, *, remove: bool, owner: str | None = None
+    ) -> Job | None:
+        """Stop the job (the caller's, or `owner`'s) if it is active and record KILLED, who
+        killed it in the reason; with `remove`, forget it too."""
+        job = await self.get(owner or identity.user, name)
         if job.state in ACTIVE_STATES:
             log.info("job_killing", job=name, owner=job.owner)
             # Who and when, on every backend: "killed" alone leaves a team asking who did it.

@@ -462,3 +462,83 @@ def test_the_quota_page_reads_in_units_and_says_what_is_only_advisory_here(
     notes = page.inner_text("#quota-notes")
     # A local PFS root has no filesystem quota: jobs' own writes are not stopped.
     assert "Storage quota: advisory here" in notes, notes
+
+
+def test_an_admin_lists_every_users_jobs_and_reads_and_kills_one(platform: Any, context: Any) -> None:
+    submit(platform, "alice", "alices-job", LINES="3", WAIT_FOR="never")
+    page = context.new_page()
+    sign_in(page, platform, "admin", platform.admin_password)
+    assert page.locator("#jobs-user").is_hidden()  # the admin's own jobs, as anyone's
+    page.check("#jobs-all-users")
+    row = page.locator("tr[data-job='alices-job'][data-owner='alice'][data-state='RUNNING']")
+    row.wait_for()
+    assert page.locator("#jobs-user").is_visible()
+    assert row.locator("td.owner").inner_text() == "alice"
+
+    row.locator("a").click()
+    page.wait_for_url("**/jobs/alices-job?user=alice")
+    ready(page)
+    assert page.inner_text("#job-name") == "alice/alices-job"
+    page.locator("#log-lines .line", has_text="waiting for never").wait_for()
+    page.click("#job-kill")
+    page.click("#confirm-ok")
+    page.locator("body[data-state='KILLED']").wait_for()
+    job = json.loads(
+        platform.cli("--datacenter", "as-alice", "-o", "json", "get", "job", "alices-job").stdout
+    )
+    assert job["state"] == "KILLED"
+
+    # Anyone else: no such box, and another user's job by address is refused in words.
+    other = context.browser.new_context(viewport={"width": 1280, "height": 800})
+    bobs = other.new_page()
+    sign_in(bobs, platform, "bob")
+    assert bobs.locator("#jobs-all-users").count() == 0
+    bobs.goto(platform.endpoint + "/jobs/alices-job?user=alice")
+    bobs.locator("#job-missing:not([hidden])").wait_for()
+    assert "only administrators" in bobs.inner_text("#job-missing")
+    other.close()
+
+
+def test_a_user_changes_their_password_and_an_admin_resets_a_forgotten_one(
+    platform: Any, context: Any, browser: Any
+) -> None:
+    platform.cli("--datacenter", "as-alice", "login")
+    tokens = json.loads((platform.home / ".paddle" / "tokens.json").read_text())
+    cli_token = tokens["tokens"]["as-alice"]["alice"]["token"]
+    page = context.new_page()
+    sign_in(page, platform, "alice")
+    page.click("header.top a[href='/account']")
+    ready(page)
+    page.fill("input[name=current]", "wrong-password")
+    page.fill("input[name=new]", "alice-new-password")
+    page.fill("input[name=again]", "alice-new-password")
+    page.click("#password-form button[type=submit]")
+    page.locator("#password-status[data-state='failed']").wait_for()
+    assert "current password is wrong" in page.inner_text("#password-status")
+    page.fill("input[name=current]", "alice-password")
+    page.fill("input[name=new]", "alice-new-password")
+    page.fill("input[name=again]", "alice-new-password")
+    page.click("#password-form button[type=submit]")
+    page.locator("#password-status[data-state='done']").wait_for()
+    # The CLI's token from before is revoked; this page's session goes on with a new cookie.
+    old = context.request.get(
+        platform.endpoint + "/api/v1/auth/whoami", headers={"Authorization": f"Bearer {cli_token}"}
+    )
+    assert old.status == 401
+    assert context.request.get(platform.endpoint + "/api/v1/auth/whoami").json()["user"] == "alice"
+
+    # A forgotten password: the admin sets a new one on the users page, shown once.
+    admins = browser.new_context(viewport={"width": 1280, "height": 800})
+    admin = admins.new_page()
+    sign_in(admin, platform, "admin", platform.admin_password)
+    admin.goto(platform.endpoint + "/quota")
+    ready(admin)
+    admin.click("tr[data-user='alice'] button.reset")
+    admin.click("#confirm-ok")
+    password = admin.locator("#new-password").inner_text()
+    admins.close()
+    # alice's session ended with it: her page goes to sign-in, where the new password works.
+    assert context.request.get(platform.endpoint + "/api/v1/auth/whoami").status == 401
+    context.clear_cookies()
+    sign_in(page, platform, "alice", password)
+    assert page.inner_text("header.top .who") == "alice"

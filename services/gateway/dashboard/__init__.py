@@ -56,6 +56,7 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/jobs/{name}", pages.job_page)
     r.add_get("/files", pages.files_page)
     r.add_get("/quota", pages.quota_page)
+    r.add_get("/account", pages.account_page)
     r.add_get("/login", pages.login_form)
     r.add_post("/login", pages.login)
     r.add_post("/logout", pages.logout)

@@ -61,6 +61,7 @@ def _header(request: web.Request, session: Session, current: str) -> str:
     links = [("/", "Jobs", "jobs"), ("/files", "Files", "files"), ("/quota", "Quota", "quota")]
     if identity.admin:
         links[-1] = ("/quota", "Quota & users", "quota")
+    links.append(("/account", "Password", "account"))
     current_attr = ' aria-current="page"'
     nav = "".join(
         f'<a href="{href}"{current_attr if key == current else ""}>{label}</a>' for href, label, key in links
@@ -124,19 +125,41 @@ _CONFIRM = """<dialog id="confirm" class="confirm">
 
 async def jobs_page(request: web.Request) -> web.Response:
     session = await _session(request)
-    main = """<section>
+    # Administrators may list every user's jobs, with whose each is (docs/dashboard.md).
+    everyone = ""
+    if session.identity.admin:
+        everyone = '<label class="toggle"><input type="checkbox" id="jobs-all-users"> all users</label>\n'
+    main = f"""<section>
 <div class="bar"><h1>Jobs</h1>
 <label class="toggle"><input type="checkbox" id="jobs-all"> finished jobs too</label>
-<span id="jobs-status" class="muted" role="status"></span></div>
+{everyone}<span id="jobs-status" class="muted" role="status"></span></div>
 <div class="table-wrap"><table class="jobs">
-<thead><tr><th>Name</th><th>State</th><th>Trainers</th><th>Parameter servers</th><th>Age</th>
-<th>Reason</th></tr></thead>
+<thead><tr><th id="jobs-user" hidden>User</th><th>Name</th><th>State</th><th>Trainers</th>
+<th>Parameter servers</th><th>Age</th><th>Reason</th></tr></thead>
 <tbody id="jobs-body"></tbody>
 </table></div>
 <p id="jobs-empty" class="muted" hidden>No jobs yet. Submit one with
 <code>paddlecloud submit -jobname NAME ./package</code>.</p>
 </section>"""
     return _page(request, session, page="jobs", title="Jobs", main=main)
+
+
+async def account_page(request: web.Request) -> web.Response:
+    session = await _session(request)
+    main = f"""<section class="account"><h1>Change your password</h1>
+<p class="muted">Every other session of {escape(session.identity.user)} ends: other browsers and the
+CLI's tokens (<code>paddlecloud passwd</code> does the same from a terminal).</p>
+<form id="password-form">
+<label>Current password
+<input name="current" type="password" autocomplete="current-password" required></label>
+<label>New password
+<input name="new" type="password" autocomplete="new-password" minlength="8" required></label>
+<label>New password again
+<input name="again" type="password" autocomplete="new-password" required></label>
+<p id="password-status" role="status"></p>
+<button type="submit">Change password</button>
+</form></section>"""
+    return _page(request, session, page="account", title="Password", main=main)
 
 
 async def job_page(request: web.Request) -> web.Response:
@@ -206,7 +229,7 @@ async def quota_page(request: web.Request) -> web.Response:
     if session.identity.admin:
         users = """<section id="users"><h2>Users and their quotas</h2>
 <div class="table-wrap"><table>
-<thead><tr><th>User</th><th>Admin</th><th>CPU</th><th>GPU</th><th>Memory</th><th>Jobs</th><th>Storage</th><th></th></tr></thead>
+<thead><tr><th>User</th><th>Admin</th><th>CPU</th><th>GPU</th><th>Memory</th><th>Jobs</th><th>Storage</th><th></th><th></th></tr></thead>
 <tbody id="users-body"></tbody></table></div>
 <dialog id="quota-dialog"><form method="dialog" id="quota-form">
 <h3>Quota of <span id="quota-user"></span></h3>
@@ -219,6 +242,9 @@ empty means no limit.</p>
 <div class="buttons"><button value="cancel" formnovalidate>Cancel</button>
 <button value="ok">Save</button></div>
 </form></dialog></section>"""
+    if session.identity.admin:
+        users += f"""<p id="password-notice" class="notice" role="status" hidden></p>
+{_CONFIRM}"""
     main = f"""<section><h1>Quota</h1>
 <p id="quota-status" class="muted" role="status"></p>
 <dl id="quota-bars" class="bars"></dl>

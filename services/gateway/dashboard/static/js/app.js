@@ -4,6 +4,7 @@ const pages = {
   job: () => import("./job.js"),
   files: () => import("./files.js"),
   quota: () => import("./quota.js"),
+  account: () => import("./account.js"),
 };
 
 const load = pages[document.body.dataset.page];

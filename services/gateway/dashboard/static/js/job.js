@@ -1,4 +1,5 @@
-// One job: its state and why, its workers, events and spec, live logs, and kill.
+// One job: its state and why, its workers, events and spec, live logs, and kill. With
+// `?user=NAME` in the page's address, an administrator sees that user's job.
 import { ApiError, api } from "./api.js";
 import { LogFollower } from "./logs.js";
 import { $, FINAL_STATES, ask, every, h, stateBadge, when } from "./ui.js";
@@ -43,8 +44,9 @@ function specList(spec) {
 }
 
 class LogView {
-  constructor(job) {
+  constructor(job, owner) {
     this.job = job;
+    this.owner = owner;
     this.lines = $("log-lines");
     this.search = $("log-search");
     this.select = $("log-worker");
@@ -69,10 +71,12 @@ class LogView {
     this.lines.replaceChildren();
     const filter = this.select.value;
     const download = new URLSearchParams(filter);
+    if (this.owner) download.set("user", this.owner);
     this.download.href = `/api/v1/jobs/${encodeURIComponent(this.job)}/logs?${download}`;
     this.download.download = `${this.job}${filter ? `-${filter.split("=")[1]}` : ""}.log`;
     this.follower = new LogFollower({
       job: this.job,
+      owner: this.owner,
       filter,
       tail: FIRST_TAIL,
       onLines: (entries) => this.append(entries),
@@ -130,7 +134,17 @@ class LogView {
 
 export function start(data) {
   const name = data.job;
-  const logs = new LogView(name);
+  const owner = new URLSearchParams(location.search).get("user");
+  const theirs = owner && owner !== data.user ? owner : null;
+  // The job's API address, with whose it is when it is another user's.
+  const jobUrl = (extra = {}) => {
+    const query = new URLSearchParams(extra);
+    if (theirs) query.set("user", theirs);
+    const text = query.toString();
+    return `/api/v1/jobs/${encodeURIComponent(name)}${text ? `?${text}` : ""}`;
+  };
+  if (theirs) $("job-name").textContent = `${theirs}/${name}`;
+  const logs = new LogView(name, theirs);
   let stopRefresh = () => {};
   let seen = false;
   let final = false;
@@ -165,7 +179,7 @@ export function start(data) {
 
   async function refresh() {
     try {
-      const job = await api(`/api/v1/jobs/${encodeURIComponent(name)}`);
+      const job = await api(jobUrl());
       render(job);
       if (!seen) {
         seen = true;
@@ -174,7 +188,11 @@ export function start(data) {
       return !final;
     } catch (error) {
       if (error instanceof ApiError && error.status === 404) {
-        missing(`You have no job named “${name}”.`);
+        missing(theirs ? `${theirs} has no job named “${name}”.` : `You have no job named “${name}”.`);
+        return false;
+      }
+      if (error instanceof ApiError && error.status === 403) {
+        missing(error.message);
         return false;
       }
       $("job-reason").textContent = `Could not refresh: ${error.message}`;
@@ -183,17 +201,18 @@ export function start(data) {
   }
 
   async function kill(remove) {
+    const label = theirs ? `${theirs}/${name}` : name;
     const question = remove
-      ? `Kill job ${name} if it is running, and remove it and its logs from the history?`
-      : `Kill job ${name}? Its workers are stopped and it ends as KILLED.`;
+      ? `Kill job ${label} if it is running, and remove it and its logs from the history?`
+      : `Kill job ${label}? Its workers are stopped and it ends as KILLED.`;
     if (!(await ask(question, { ok: remove ? "Kill and remove" : "Kill" }))) return;
     try {
-      await api(`/api/v1/jobs/${encodeURIComponent(name)}${remove ? "?rm=1" : ""}`, { method: "DELETE" });
+      await api(jobUrl(remove ? { rm: "1" } : {}), { method: "DELETE" });
     } catch (error) {
       $("job-reason").textContent = `Could not kill: ${error.message}`;
       return;
     }
-    if (remove) location.assign("/");
+    if (remove) location.assign(theirs ? "/?all_users=1" : "/");
     else {
       stopRefresh();
       stopRefresh = every(REFRESH_MS, refresh);

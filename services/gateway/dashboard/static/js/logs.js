@@ -6,9 +6,11 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class LogFollower {
   // `filter` is "" (all), "role=trainer" or "worker=trainer-0"; `tail` lines per worker
-  // on the first connection; `onLines(entries)`, `onStatus(state, detail)`.
-  constructor({ job, filter = "", tail = 0, onLines, onStatus }) {
+  // on the first connection; `owner` names another user's job (administrators);
+  // `onLines(entries)`, `onStatus(state, detail)`.
+  constructor({ job, owner = null, filter = "", tail = 0, onLines, onStatus }) {
     this.job = job;
+    this.owner = owner;
     this.filter = filter;
     this.tail = tail;
     this.onLines = onLines;
@@ -20,6 +22,7 @@ export class LogFollower {
 
   url() {
     const query = new URLSearchParams(this.filter);
+    if (this.owner) query.set("user", this.owner);
     query.set("follow", "1");
     if (this.cursor) query.set("cursor", this.cursor);
     else if (this.tail) query.set("tail", String(this.tail));

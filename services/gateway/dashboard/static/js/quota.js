@@ -1,7 +1,34 @@
 // Quota as bars of use against the limits; administrators also see every user's quota
-// and can change it.
+// and can change it, and set a new password for a user who forgot theirs.
 import { api } from "./api.js";
-import { $, bytes, h } from "./ui.js";
+import { $, ask, bytes, h } from "./ui.js";
+
+// 18 random bytes, 24 URL-safe characters: as strong as `paddlecloud users create` makes.
+export function newPassword() {
+  const random = crypto.getRandomValues(new Uint8Array(18));
+  return btoa(String.fromCharCode(...random)).replaceAll("+", "-").replaceAll("/", "_");
+}
+
+async function resetPassword(user) {
+  const notice = $("password-notice");
+  const question = `Set a new password for ${user.name}? Every session of ${user.name} ends.`;
+  if (!(await ask(question, { ok: "Set a new password" }))) return;
+  const password = newPassword();
+  notice.hidden = false;
+  notice.classList.remove("error");
+  try {
+    await api(`/api/v1/users/${encodeURIComponent(user.name)}/password`, { method: "PUT", body: { password } });
+  } catch (error) {
+    notice.textContent = `Could not set the password: ${error.message}`;
+    notice.classList.add("error");
+    return;
+  }
+  // Shown once, here only: pass it on; it is stored nowhere but as a hash.
+  notice.replaceChildren(
+    `New password for ${user.name} (shown only this once): `,
+    h("code", { id: "new-password" }, password),
+  );
+}
 
 const RESOURCES = [
   ["cpu", "CPU"],
@@ -60,7 +87,7 @@ async function showQuota() {
   }
 }
 
-function userRow(user, edit) {
+function userRow(user, edit, me) {
   const q = user.quota;
   // Sizes read as people read them; the exact quantity (what Edit takes) is the tooltip.
   const cell = (v, key = "") => h("td", { title: SIZES.has(key) ? v : null }, shown(key, v) ?? "—");
@@ -75,10 +102,17 @@ function userRow(user, edit) {
     cell(q.jobs),
     cell(q.storage, "storage"),
     h("td", {}, h("button", { class: "link", onclick: () => edit(user) }, "Edit")),
+    h(
+      "td",
+      {},
+      user.name === me
+        ? h("a", { href: "/account" }, "Change password")
+        : h("button", { class: "link reset", onclick: () => resetPassword(user) }, "Reset password"),
+    ),
   );
 }
 
-async function showUsers() {
+async function showUsers(me) {
   const dialog = $("quota-dialog");
   const form = $("quota-form");
   let editing = null;
@@ -91,7 +125,7 @@ async function showUsers() {
   };
   const refresh = async () => {
     const { users } = await api("/api/v1/users");
-    $("users-body").replaceChildren(...users.map((u) => userRow(u, edit)));
+    $("users-body").replaceChildren(...users.map((u) => userRow(u, edit, me)));
   };
   form.addEventListener("submit", async (event) => {
     if (event.submitter?.value !== "ok") return;
@@ -116,5 +150,5 @@ async function showUsers() {
 
 export function start(data) {
   showQuota();
-  if (data.admin === "1") showUsers();
+  if (data.admin === "1") showUsers(data.user);
 }
