@@ -199,3 +199,4 @@ def test_an_admin_sees_reads_and_kills_another_users_job_and_others_are_refused(
     assert "job alice/sleeper killed" in server.cli("kill", "alice/sleeper").stdout
     mine = json.loads(server.cli("--datacenter", "as-alice", "-o", "json", "get", "job", "sleeper").stdout)
     assert mine["state"] == "KILLED", mine
+    assert mine["reason"].startswith("killed by admin at "), mine  # the owner learns who
