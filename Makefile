@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 HELM   := $(BIN)/helm
+# setuptools prints an "Editable installation" notice on every editable install (beware of
+# folders named like the package); nothing a user can act on. Every other warning still shows.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac
 
@@ -18,11 +21,11 @@ $(STAMP): pyproject.toml
 		{ echo "PaddleCloud needs Python 3.11 or newer (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[demo]'
+	$(QUIET_EDITABLE) $(BIN)/pip install --quiet -e '.[demo]'
 	@touch $@
 
 $(DEV): $(STAMP) $(HELM)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(QUIET_EDITABLE) $(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
 
 # Helm 4, for the chart's tests (lint, template, install against the fake API server):
