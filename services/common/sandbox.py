@@ -169,13 +169,14 @@ class Sandbox:
             return "bwrap namespaces, an unprivileged uid per user"
         return "bwrap namespaces with the service's own uid (not root: uids cannot be switched)"
 
-    def wrap(self, view: View, argv: Sequence[str]) -> Command:
-        """The command that runs `argv` inside `view`, under the seccomp filter."""
+    def wrap(self, view: View, argv: Sequence[str], *, die_with_parent: bool = True) -> Command:
+        """The command that runs `argv` inside `view`, under the seccomp filter;
+        `die_with_parent` as for `bwrap_args`."""
         if self.bwrap is None:
             return Command(list(argv))
         # The generated /etc/hosts goes over the host's (bound read-only with /etc).
         view = replace(view, binds=(*view.binds, Bind(hosts_file(), "/etc/hosts")))
-        options = bwrap_args(view, system_binds(), python_paths())
+        options = bwrap_args(view, system_binds(), python_paths(), die_with_parent=die_with_parent)
         assert options[-1] == "--"
         command = ["--"]
         if self.switches_uid:
@@ -325,8 +326,25 @@ def _under_system(path: str) -> bool:
     return len(parts) > 1 and parts[1] in SYSTEM_DIRS
 
 
-def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Iterable[str]) -> list[str]:
+def bwrap_args(
+    view: View,
+    system: Iterable[tuple[str, str | None]],
+    python: Iterable[str],
+    *,
+    die_with_parent: bool = True,
+) -> list[str]:
     """bwrap's arguments for `view`, up to and including its `--` (pure: tests read it).
+
+    `die_with_parent` (`--die-with-parent`): the whole sandbox is SIGKILLed as soon as
+    bwrap's parent dies, and as soon as bwrap's own first process does, whatever the
+    reason. A caller that ends the sandbox by ending bwrap (the builder: pip must not
+    outlive a killed service) needs it. A caller that stops the sandbox with SIGTERM to
+    its process group, waits a grace and then SIGKILLs the group (a job's worker
+    launcher) must not have it: bwrap's first process handles no SIGTERM and dies of it
+    at once, which would SIGKILL the program in the sandbox in the middle of its own
+    handler (its last lines lost, no grace at all). Without it, bwrap's PID 1 (in the
+    group, and ignoring SIGTERM as a PID namespace's init does) stays until every
+    process in the sandbox has ended, and the group's SIGKILL ends them all.
 
     bwrap creates a mount point's missing parents itself, but owner-only (0700), which an
     unprivileged uid cannot pass through; so every parent is made first: 0711 above the
@@ -334,7 +352,7 @@ def bwrap_args(view: View, system: Iterable[tuple[str, str | None]], python: Ite
     the view's own binds (`/pfs/<dc>/home` and the like). Binds go from the outside in.
     """
     args = [
-        "--die-with-parent",
+        *(["--die-with-parent"] if die_with_parent else []),
         *("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"),
         *("--hostname", HOSTNAME),
     ]

@@ -7,6 +7,7 @@ record the environment they saw and then behave as $TEST_MODE says.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,9 +24,11 @@ from typing import Any
 import psutil
 import pytest
 
+from paddlecloud.common import sandbox
+from paddlecloud.common.sandbox import Bind
 from paddlecloud.jobs.contract import PYTORCH_ENV, RESERVED_ENV
 from paddlecloud.jobs.local.backend import free_ports
-from paddlecloud.jobs.local.plan import Plan, build_plan
+from paddlecloud.jobs.local.plan import Plan, SandboxPlan, build_plan
 
 GRACE = 1.0
 DEADLINE = 30.0
@@ -365,3 +368,107 @@ def test_an_unreadable_plan_is_recorded_as_a_failed_job(tmp_path: Path) -> None:
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["state"] == "FAILED"
     assert state["reason"] == "plan.json lacks the field 'job_name'"
+
+
+# A sandboxed parameter server that takes its time over SIGTERM (or ignores it), and a
+# trainer that exits 0 as soon as it starts, which is when the server accepts.
+STOPPING = textwrap.dedent(
+    """
+    import os, signal, socket, sys, time
+
+    def stop(signum, frame):
+        time.sleep(0.2)  # what a real server does first (closing, saving): the race made wide
+        print("pserver stopped by SIGTERM", flush=True)
+        sys.exit(0)
+
+    if os.environ["TRAINING_ROLE"] == "PSERVER":
+        ignore = os.environ["TEST_MODE"] == "stubborn_pserver"
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else stop)
+        server = socket.create_server(("127.0.0.1", int(os.environ["PADDLE_PORT"])))
+        print("pserver listening", flush=True)
+        while True:
+            server.accept()[0].close()
+    print("trainer done", flush=True)
+    """
+)
+
+needs_bwrap = pytest.mark.skipif(sandbox.detect("auto", "jobs").bwrap is None, reason="no bwrap here")
+
+
+def run_sandboxed_job(tmp_path: Path, mode: str) -> tuple[Job, list[psutil.Process]]:
+    """Run a one-server, one-trainer job of STOPPING in bwrap to its end; the job and every
+    process seen below its supervisor while it ran (sandboxed workers' own pids are their
+    PID namespace's, so they cannot note them as MAIN's do)."""
+    home = tmp_path / "home"  # seen as the user's PFS home, where the package and output are
+    package, output, job_dir = home / "package", home / "output", tmp_path / "job"
+    for directory in (package, output, job_dir):
+        directory.mkdir(parents=True)
+    (package / "main.py").write_text(STOPPING)
+    seen_home = "/pfs/dc1/home/alice"
+    ports = free_ports(3)
+    plan = build_plan(
+        job_name="test-job",
+        user="alice",
+        datacenter="dc1",
+        pfs_home=seen_home,
+        output=f"{seen_home}/output",
+        package_dir=f"{seen_home}/package",
+        entry="python main.py",
+        trainers=1,
+        pservers=1,
+        passes=1,
+        env={"TEST_MODE": mode},
+        use_gpu=False,
+        max_restarts=0,
+        ports=ports[:1],
+        trainer_ports=ports[1:2],
+        master_port=ports[2],
+        grace_seconds=GRACE,
+        sandbox=SandboxPlan(
+            uid=os.geteuid(),
+            gid=os.getegid(),
+            binds=(Bind(str(home), seen_home, writable=True),),
+            package_host=str(package),
+        ),
+    )
+    (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paddlecloud.jobs.local.supervisor", str(job_dir)], start_new_session=True
+    )
+    try:
+        watched, seen = psutil.Process(proc.pid), {}
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                seen |= {p.pid: p for p in watched.children(recursive=True)}
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:  # a failed test must not leave its processes running
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=DEADLINE)
+    # At least the server's launcher, bwrap, bwrap's PID 1, the shell and the program.
+    assert len(seen) >= 5, f"the workers were never seen running: {seen}"
+    return Job(dir=job_dir, output=output, plan=plan, proc=proc), list(seen.values())
+
+
+@needs_bwrap
+def test_a_sandboxed_pserver_stopped_by_sigterm_has_its_last_line_logged(tmp_path: Path) -> None:
+    # bwrap's own process, in the worker's group, dies of the stop's SIGTERM at once; with
+    # --die-with-parent that took the sandbox down, the server in the middle of its handler.
+    job, processes = run_sandboxed_job(tmp_path, "ok")
+    assert job.proc.returncode == 0
+    assert job.state()["state"] == "SUCCEEDED", job.state()
+    assert "trainer done" in job.log("trainer-0")
+    assert "pserver listening" in job.log("pserver-0")
+    assert "pserver stopped by SIGTERM" in job.log("pserver-0"), job.log("pserver-0")
+    assert [e for e in job.events() if e["reason"] == "WorkerKilled"] == []
+    assert_all_gone([p.pid for p in processes])
+
+
+@needs_bwrap
+def test_a_sandboxed_pserver_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path: Path) -> None:
+    job, processes = run_sandboxed_job(tmp_path, "stubborn_pserver")
+    assert job.proc.returncode == 0
+    assert job.state()["state"] == "SUCCEEDED", job.state()
+    killed = [e["message"] for e in job.events() if e["reason"] == "WorkerKilled"]
+    assert killed == [f"pserver-0 ignored SIGTERM for {GRACE:g} s: SIGKILL"]
+    assert_all_gone([p.pid for p in processes])

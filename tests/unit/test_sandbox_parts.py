@@ -45,6 +45,9 @@ def test_a_view_binds_the_system_read_only_and_only_what_it_lists() -> None:
     assert args[-3:] == ["--chdir", "/job/work", "--"]
     assert {"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"} <= set(args)
     assert "--unshare-net" not in args  # workers reach each other on loopback
+    # A job's worker: stopped through its process group, which bwrap itself does not survive.
+    unbound = bwrap_args(view, SYSTEM, ["/srv/venv"], die_with_parent=False)
+    assert "--die-with-parent" not in unbound and "--unshare-pid" in unbound
     assert pairs(args, "--ro-bind")[:2] == [("/usr", "/usr"), ("/etc", "/etc")]
     assert ("usr/bin", "/bin") in pairs(args, "--symlink")
     assert pairs(args, "--bind") == [

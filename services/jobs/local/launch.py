@@ -14,7 +14,10 @@ and restart). The command line above does the same from a shell. The launcher:
   below it: `/bin/sh -c` (Debian's dash does not exec a lone command) and the program
   under it. On a stop (SIGTERM to the group, which every member gets) it exits only once
   all of them have, so the supervisor's grace period covers the real program, not just
-  the shell in front of it.
+  the shell in front of it, nor bwrap in front of a sandboxed one: bwrap dies of the
+  SIGTERM at once, and its PID 1, left below this launcher, stays until the sandbox is
+  empty (the supervisor starts bwrap without `--die-with-parent`, which would SIGKILL
+  the sandbox as soon as bwrap died).
 - ARGV starts in each `--cgroup` group (the worker's limits): the child joins them
   between fork and exec, so the program is charged from its first instruction and the
   launcher itself is not.

@@ -488,7 +488,9 @@ class JobSupervisor:
             user = worker.env.get("PADDLE_CLOUD_USER", "paddlecloud")
             env.update(HOME="/tmp", TMPDIR="/tmp", USER=user, LOGNAME=user)  # noqa: S108 - the sandbox's private /tmp
             assert self._sandbox is not None
-            command = self._sandbox.wrap(self._view(worker), command.argv)
+            # Not tied to bwrap's own process, which the stop's SIGTERM kills at once: the
+            # program must have its grace to end, and the launcher waits for it (launch.py).
+            command = self._sandbox.wrap(self._view(worker), command.argv, die_with_parent=False)
         env.update(worker.env)
         groups = [str(group) for group in self._cgroups_for(worker)]
         # The worker writes into a pipe, and only this process writes its log (caplog.py):
