@@ -256,6 +256,12 @@ def loose_permissions(path: Path) -> int | None:
     return mode if mode & 0o077 else None
 
 
+def save_password(config: ClientConfig, datacenter: Datacenter, password: str) -> None:
+    """Keep `password` for `datacenter` in the config file ("" forgets it): the one way
+    login, logout and passwd change what the config holds."""
+    save_config(config.with_datacenter(replace(datacenter, password=password)))
+
+
 def save_config(config: ClientConfig) -> None:
     """Write the config atomically with mode 0600: it holds passwords."""
     import yaml

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 
-from ..config import Datacenter, save_config
+from ..config import Datacenter, save_password
 from ..context import Context, UsageError
 from ..flags import add_flag
 from . import CommandTree
@@ -32,7 +31,7 @@ async def login(ctx: Context, args: argparse.Namespace) -> int:
         # when the token expires, until the next `logout`.
         config = ctx.config()
         entry = config.get(datacenter.name) or datacenter
-        save_config(config.with_datacenter(dataclasses.replace(entry, password=password)))
+        save_password(config, entry, password)
     # Not the server's answer as is: that holds the token, which has no business in a CI log.
     info = {
         "datacenter": datacenter.name,
@@ -75,7 +74,7 @@ async def logout(ctx: Context, args: argparse.Namespace) -> int:
     entry = config.get(datacenter.name)
     forgot = entry is not None and bool(entry.password)
     if entry is not None and forgot:
-        save_config(config.with_datacenter(dataclasses.replace(entry, password="")))
+        save_password(config, entry, "")
     info = {
         "datacenter": datacenter.name,
         "user": datacenter.username,

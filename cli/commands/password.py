@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 
-from ..config import save_config
+from ..config import save_password
 from ..context import Context, UsageError
 from ..flags import add_flag
 from . import CommandTree
@@ -62,7 +61,7 @@ async def change_password(ctx: Context, args: argparse.Namespace) -> int:
     config = ctx.config()
     entry = config.get(datacenter.name)
     if entry is not None and entry.username == user:
-        save_config(config.with_datacenter(dataclasses.replace(entry, password=new)))
+        save_password(config, entry, new)
         saved = True
     info = {
         "user": user,

@@ -76,6 +76,12 @@ def order_path(log: Path) -> Path:
     return log.with_name(log.name + ".order")
 
 
+def _tmp(path: Path) -> Path:
+    """Where `path`'s next content is written before it replaces it: its own name, so the
+    `.dropped` and `.order` files of one log never share a temporary file."""
+    return path.with_name(path.name + ".tmp")
+
+
 # One record of an order file: the offset where a run of bytes begins, and its stamp.
 _RECORD = struct.Struct("<QQ")
 
@@ -188,7 +194,7 @@ class CappedLog:
     def _trim(self, cap: int) -> None:
         cut = self._line_start(self._end - (cap - self._step))
         record = json.dumps({"offset": cut, "cap": cap})
-        tmp = dropped_path(self._path).with_suffix(".tmp")
+        tmp = _tmp(dropped_path(self._path))
         tmp.write_text(record, encoding="utf-8")
         os.replace(tmp, dropped_path(self._path))  # before the hole: see the module's docstring
         try:
@@ -224,7 +230,7 @@ class CappedLog:
         before = [r for r in records if r[0] <= cut]
         if before:
             kept.insert(0, (cut, before[-1][1]))
-        tmp = path.with_suffix(".tmp")
+        tmp = _tmp(path)
         tmp.write_bytes(b"".join(_RECORD.pack(*r) for r in kept))
         os.replace(tmp, path)  # readers see a new inode and read it whole
         if self._order_fd >= 0:
