@@ -20,14 +20,11 @@ import asyncio
 import json
 import math
 import os
-import re
 import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -43,6 +40,7 @@ from pymongo import MongoClient
 from bench import aim
 from bench.platform import Platform as BasePlatform
 from bench.procs import child_pid, cpu_seconds, machine_cpu_seconds
+from mongo_emulator import Nx27017
 from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import ACTIVE_STATES, RUNNING
 from paddlecloud.jobs.spec import parse_submission
@@ -771,54 +769,6 @@ def print_follow(latency: list[float], pipe: list[float], burst: float, rate: fl
 # --- the runs -----------------------------------------------------------------------------------
 
 
-class Nx27017:
-    """The MongoDB wire server nx-27017 on a free loopback port, its databases in `data_dir`."""
-
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("nx-27017")),
-                "--data-dir", str(data_dir),
-                "--host", "127.0.0.1",
-                "-p", "0",
-                "--log-file", str(data_dir / "nx-27017.log"),
-                "--pid-file", str(data_dir / "nx-27017.pid"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self.port: int | None = None
-        ready = threading.Event()
-
-        def drain() -> None:  # it logs every connection to stderr: the pipe must never fill
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                found = re.search(r"Listening on \S+:(\d+)", line)
-                if found and self.port is None:
-                    self.port = int(found[1])
-                    ready.set()
-            ready.set()
-
-        self.reader = threading.Thread(target=drain, name="nx-27017-stderr", daemon=True)
-        self.reader.start()
-        ready.wait(30)
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("nx-27017 did not start listening within 30 s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(timeout=10)
-
-
 async def logins(url: str, users: list[str], stack: AsyncExitStack) -> list[Api]:
     return [await stack.enter_async_context(Api.login(url, user, PASSWORD)) for user in users]
 
@@ -910,7 +860,7 @@ def main() -> None:
         run(root, "poll", {"jobs": {"poll_seconds": 0.02}}, with_fast_poll)
         mongo = Nx27017(root / "nx-27017")
         try:
-            store_url = f"mongodb://127.0.0.1:{mongo.port}/paddlecloud"
+            store_url = f"mongodb://127.0.0.1:{mongo.wait_ready()}/paddlecloud"
             run(root, "mongo", {"store": {"url": store_url}}, lambda p: on_mongo(p, store_url))
         finally:
             mongo.stop()
