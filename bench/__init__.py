@@ -3,7 +3,8 @@
 import sys
 from pathlib import Path
 
-# The process harness (configs, ServiceProcess) is shared with the tests.
+# The process harness (configs, ServiceProcess) and the MongoDB emulator's launcher are shared
+# with the tests (tests/support.py, tests/mongo_emulator.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 

@@ -20,14 +20,11 @@ import asyncio
 import json
 import math
 import os
-import re
 import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -43,6 +40,7 @@ from pymongo import MongoClient
 from bench import aim
 from bench.platform import Platform as BasePlatform
 from bench.procs import child_pid, cpu_seconds, machine_cpu_seconds
+from mongo_emulator import Nx27017
 from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import ACTIVE_STATES, RUNNING
 from paddlecloud.jobs.spec import parse_submission
@@ -535,7 +533,7 @@ FROM copy
 async def fill_sqlite(path: Path, owner: str, count: int) -> History:
     """`count` final jobs: the first through the store API, the rest copies of those rows in one
     statement (the store commits every job on its own, a few hundred a second on this disk, so
-    100,000 would take minutes); `add_active` reads them back through the store."""
+    100,000 would take minutes), then counted."""
     begin = time.perf_counter()
     base = (datetime.now(UTC) - timedelta(seconds=count + 3600)).replace(microsecond=0)
     api_rate = await insert_via_store(f"sqlite:///{path}", owner, base, VIA_STORE_API)
@@ -544,9 +542,16 @@ async def fill_sqlite(path: Path, owner: str, count: int) -> History:
         db.execute("PRAGMA busy_timeout = 10000")
         params = {"first": VIA_STORE_API, "count": count, "owner": owner, "base": int(base.timestamp())}
         db.execute(_COPY_SQL, params)
+        bulk_rate = (count - VIA_STORE_API) / (time.perf_counter() - start)
+        check_filled(count, db.execute("SELECT count(*) FROM jobs WHERE owner = ?", (owner,)).fetchone()[0])
     db.close()
-    bulk_rate = (count - VIA_STORE_API) / (time.perf_counter() - start)
     return History(owner, count, api_rate, bulk_rate, base, time.perf_counter() - begin)
+
+
+def check_filled(count: int, found: int) -> None:
+    """A history that came out short or long would skew every figure measured on it."""
+    if found != count:
+        raise RuntimeError(f"the history holds {found} jobs, not {count}")
 
 
 async def fill_mongo(url: str, owner: str, count: int) -> History:
@@ -576,6 +581,7 @@ async def fill_mongo(url: str, owner: str, count: int) -> History:
                 docs.append(doc)
             jobs.insert_many(docs, ordered=False)
         bulk_rate = (count - VIA_STORE_API) / (time.perf_counter() - start)
+        check_filled(count, jobs.count_documents({"owner": owner}))
     finally:
         client.close()
     store = open_store(url)
@@ -595,9 +601,9 @@ async def add_active(url: str, history: History) -> None:
             await store.create_job(
                 history_job(history.owner, k * step + step // 2, history.base, RUNNING, f"active{k}")
             )
-        total = await store.count_jobs(history.owner, ["SUCCEEDED", "FAILED", "KILLED", RUNNING])
-        if total != history.count + ACTIVE_IN_HISTORY:
-            raise RuntimeError(f"the history holds {total} jobs, not {history.count + ACTIVE_IN_HISTORY}")
+        active, _ = await store.list_jobs(history.owner, states=[RUNNING], limit=ACTIVE_IN_HISTORY + 1)
+        if len(active) != ACTIVE_IN_HISTORY:
+            raise RuntimeError(f"the history holds {len(active)} running jobs, not {ACTIVE_IN_HISTORY}")
     finally:
         await store.close()
 
@@ -763,54 +769,6 @@ def print_follow(latency: list[float], pipe: list[float], burst: float, rate: fl
 # --- the runs -----------------------------------------------------------------------------------
 
 
-class Nx27017:
-    """The MongoDB wire server nx-27017 on a free loopback port, its databases in `data_dir`."""
-
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("nx-27017")),
-                "--data-dir", str(data_dir),
-                "--host", "127.0.0.1",
-                "-p", "0",
-                "--log-file", str(data_dir / "nx-27017.log"),
-                "--pid-file", str(data_dir / "nx-27017.pid"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self.port: int | None = None
-        ready = threading.Event()
-
-        def drain() -> None:  # it logs every connection to stderr: the pipe must never fill
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                found = re.search(r"Listening on \S+:(\d+)", line)
-                if found and self.port is None:
-                    self.port = int(found[1])
-                    ready.set()
-            ready.set()
-
-        self.reader = threading.Thread(target=drain, name="nx-27017-stderr", daemon=True)
-        self.reader.start()
-        ready.wait(30)
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("nx-27017 did not start listening within 30 s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(timeout=10)
-
-
 async def logins(url: str, users: list[str], stack: AsyncExitStack) -> list[Api]:
     return [await stack.enter_async_context(Api.login(url, user, PASSWORD)) for user in users]
 
@@ -902,7 +860,7 @@ def main() -> None:
         run(root, "poll", {"jobs": {"poll_seconds": 0.02}}, with_fast_poll)
         mongo = Nx27017(root / "nx-27017")
         try:
-            store_url = f"mongodb://127.0.0.1:{mongo.port}/paddlecloud"
+            store_url = f"mongodb://127.0.0.1:{mongo.wait_ready()}/paddlecloud"
             run(root, "mongo", {"store": {"url": store_url}}, lambda p: on_mongo(p, store_url))
         finally:
             mongo.stop()

@@ -68,7 +68,7 @@ def _ask(endpoint: str, ctx: Context) -> dict[str, Any] | None:
 
     `version` is what scripts and health checks run in loops, and the server's version needs no
     login: importing aiohttp, which builds TLS contexts at import, would cost more than the rest
-    of the command (docs/performance.md, "CLI start-up").
+    of the command (docs/performance-history.md, "CLI start-up").
     """
     import http.client
 

@@ -177,11 +177,6 @@ COMMON_PROBLEMS: ProblemTable = {
 }
 
 
-def field_problem(field: str, message: str) -> ProblemError:
-    """A 422 naming one field of the request, in the detail and in its `errors` list."""
-    return VALIDATION(f"{field}: {message}", errors=[{"field": field, "message": message}])
-
-
 # aiohttp's own HTTP exceptions (unknown route, wrong method, body over client_max_size)
 # are rendered with these codes.
 HTTP_STATUS_KINDS: dict[int, ErrorKind] = {

@@ -250,7 +250,7 @@ async def change_password(request: web.Request) -> web.Response:
     token client, as a new session cookie for the dashboard (whose page never sees tokens)."""
     body = await parse_body(request, PasswordChange)
     if body.new_password == body.current_password:
-        raise errors.field_problem("new_password", "is the same as the current password")
+        raise errors.Invalid("is the same as the current password", field="new_password")
     session = request[SESSION]
     try:
         token, record, user = await request.app[ACCOUNTS].change_password(

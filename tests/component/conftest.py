@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import collections
 import os
-import re
-import subprocess
-import sys
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -17,12 +12,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 from pymongo import AsyncMongoClient
 
+from mongo_emulator import EmulatorError, Nx27017
 from paddlecloud.common.store import Store, open_store
 
 MONGODB_URI_ENV = "PADDLECLOUD_TEST_MONGODB_URI"
-_LISTENING = re.compile(r"Listening on \S+:(\d+)")
-# Generous: the first start imports neosqlite and may create its data directory.
-_START_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -44,68 +37,6 @@ class MongoServer:
         return urlunsplit((parts.scheme, parts.netloc, "/" + database, urlencode(query), ""))
 
 
-class _Nx27017:
-    """nx-27017 on a loopback port the kernel picks, with its databases in `data_dir`."""
-
-    def __init__(self, data_dir: Path) -> None:
-        binary = Path(sys.executable).with_name("nx-27017")
-        if not binary.exists():
-            pytest.fail(f"{binary} is missing: install the dev extras (pip install -e '.[dev]')")
-        # --data-dir gives every logical database its own SQLite file, so the
-        # per-test database names really isolate tests from one another.
-        self._proc = subprocess.Popen(
-            [
-                str(binary),
-                "--data-dir", str(data_dir),
-                "--host", "127.0.0.1",
-                "-p", "0",
-                "--log-file", str(data_dir / "nx-27017.log"),
-                "--pid-file", str(data_dir / "nx-27017.pid"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self._lines: collections.deque[str] = collections.deque(maxlen=200)
-        self._port: int | None = None
-        self._ready = threading.Event()
-        # The server logs every connection to stderr; the pipe must be drained for
-        # the whole session or the server blocks once it fills.
-        self._reader = threading.Thread(target=self._drain, name="nx-27017-stderr", daemon=True)
-        self._reader.start()
-
-    def _drain(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self._lines.append(line)
-            match = _LISTENING.search(line)
-            if match and self._port is None:
-                self._port = int(match[1])
-                self._ready.set()
-        self._ready.set()  # the server exited; wait_ready reports why
-
-    def wait_ready(self) -> int:
-        """The port once the server has bound it (it logs the port after listen())."""
-        self._ready.wait(_START_TIMEOUT)
-        if self._port is None:
-            self.stop()
-            output = "".join(self._lines) or "(no output)"
-            pytest.fail(f"nx-27017 did not start listening within {_START_TIMEOUT} s:\n{output}")
-        return self._port
-
-    def stop(self) -> None:
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._reader.join(timeout=10)
-        if self._proc.stderr is not None:
-            self._proc.stderr.close()
-
-
 @pytest.fixture(scope="session")
 def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServer]:
     """A real MongoDB from $PADDLECLOUD_TEST_MONGODB_URI, else nx-27017 for the session."""
@@ -113,9 +44,12 @@ def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServ
     if uri:
         yield MongoServer(uri, emulated=False)
         return
-    server = _Nx27017(tmp_path_factory.mktemp("nx-27017"))
     try:
+        server = Nx27017(tmp_path_factory.mktemp("nx-27017"))
         port = server.wait_ready()
+    except EmulatorError as exc:
+        pytest.fail(str(exc))
+    try:
         yield MongoServer(f"mongodb://127.0.0.1:{port}/", emulated=True)
     finally:
         server.stop()

@@ -197,6 +197,19 @@ async def test_invalid_user_bodies_name_the_field(
     assert words in fields[field].lower() or words in problem_body["detail"].lower()
 
 
+async def test_a_new_password_equal_to_the_current_one_is_refused_naming_the_field(gateway: Gateway) -> None:
+    await gateway.add_user("frank", "frank-password")
+    same = {"current_password": "frank-password", "new_password": "frank-password"}
+    resp = await gateway.client.put(
+        "/api/v1/auth/password", json=same, headers=await gateway.auth("frank", "frank-password")
+    )
+    body = await problem(resp, 422, "ERR_VALIDATION")
+    assert body["detail"] == "new_password: is the same as the current password"
+    assert body["errors"] == [{"field": "new_password", "message": "is the same as the current password"}]
+    # Refused before the password was checked or changed: it still logs in.
+    await gateway.token("frank", "frank-password")
+
+
 async def test_quota_quantities_are_checked(gateway: Gateway) -> None:
     await gateway.add_user("erin", "erin-password")
     resp = await gateway.client.put(

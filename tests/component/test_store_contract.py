@@ -405,7 +405,7 @@ async def test_states_must_not_be_a_bare_string(store: Store) -> None:
     with pytest.raises(TypeError):
         await store.list_jobs("alice", states=RUNNING)
     with pytest.raises(TypeError):
-        await store.count_jobs("alice", RUNNING)
+        await store.transition_job("no-such-job", RUNNING, KILLED)
 
 
 async def test_time_comparisons_keep_milliseconds(
@@ -432,17 +432,6 @@ async def test_bad_cursor_is_a_store_error(store: Store, cursor: str) -> None:
     await store.create_job(make_job())
     with pytest.raises(StoreError, match="cursor"):
         await store.list_jobs("alice", cursor=cursor)
-
-
-async def test_count_jobs(store: Store) -> None:
-    for i, state in enumerate([PENDING, RUNNING, RUNNING, SUCCEEDED, FAILED]):
-        await store.create_job(make_job("alice", f"a{i}", state=state))
-    await store.create_job(make_job("bob", "b", state=RUNNING))
-    assert await store.count_jobs("alice", [PENDING, RUNNING, BUILDING]) == 3
-    assert await store.count_jobs("alice", frozenset({SUCCEEDED, FAILED, KILLED})) == 2
-    assert await store.count_jobs("bob", [RUNNING]) == 1
-    assert await store.count_jobs("carol", [RUNNING]) == 0
-    assert await store.count_jobs("alice", []) == 0
 
 
 async def test_transition_job_compare_and_set(store: Store) -> None:

@@ -111,9 +111,6 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def count_jobs(self, owner: str, states: Collection[str]) -> int: ...
-
-    @abc.abstractmethod
     async def transition_job(
         self, job_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Job | None:

@@ -307,13 +307,6 @@ class MongoStore(Store):
             next_cursor = _encode_cursor(page[-1]["created_at"], page[-1]["id"])
         return [_job(doc) for doc in page], next_cursor
 
-    async def count_jobs(self, owner: str, states: Collection[str]) -> int:
-        wanted = _state_list(states)
-        if not wanted:
-            return 0
-        with _errors():
-            return await self._collection("jobs").count_documents({"owner": owner, "state": {"$in": wanted}})
-
     async def transition_job(
         self, job_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Job | None:

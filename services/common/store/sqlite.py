@@ -509,16 +509,6 @@ class SQLiteStore(Store):
             next_cursor = _encode_cursor(last["created_at"], last["id"])
         return [_job(row) for row in page], next_cursor
 
-    async def count_jobs(self, owner: str, states: Collection[str]) -> int:
-        wanted = _state_list(states)
-        if not wanted:
-            return 0
-        rows = await self._query(
-            f"SELECT count(*) FROM jobs WHERE owner = ? AND state IN ({_marks(wanted)})",
-            (owner, *wanted),
-        )
-        return int(rows[0][0])
-
     async def transition_job(
         self, job_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Job | None:
