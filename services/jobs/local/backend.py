@@ -69,7 +69,7 @@ from ..spec import JobSpec
 from . import claim
 from .caplog import LogTimes, read_dropped
 from .gpus import GpuPool, discover
-from .plan import STOP_REASON, CgroupPlan, Plan, SandboxPlan, build_plan
+from .plan import STOP_REASON, CgroupPlan, HostPlan, Plan, Ports, SandboxPlan, WorkerPaths, build_plan
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
 
@@ -417,83 +417,37 @@ class LocalBackend(Backend):
         job_dir.mkdir(parents=True, exist_ok=False)
         package = self._package_dir(launch, job_dir)
         output = self._make_output(launch.output)
-        env = dict(spec.env)
         python = launch.runtime.python if launch.runtime else None
         boxed: SandboxPlan | None = None
         if self._sandbox.enabled:
-            uid = self._uids.uid_for(job.owner) if self._sandbox.switches_uid else os.geteuid()
-            home = self._root.root / "home" / job.owner
-            self._root.ensure_home(job.owner)
-            if self._sandbox.switches_uid:
-                # The home becomes the user's uid's once; pfs keeps what it adds there so.
-                if os.lstat(home).st_uid != uid:
-                    chown_tree(home, uid, uid)
-                if launch.package_kind != "dir":
-                    chown_tree(package, uid, uid)
-            dc = launch.datacenter
-            binds = [
-                Bind(str(home), f"/pfs/{dc}/home/{job.owner}", writable=True),
-                Bind(str(self._root.root / "public"), f"/pfs/{dc}/public"),
-            ]
-            package_seen = launch.package
-            if launch.package_kind != "dir":
-                binds.append(Bind(str(package), PACKAGE_TARGET, writable=True))
-                package_seen = PACKAGE_TARGET
-            if python is not None:
-                # A built environment, read-only at its real path (envs/<key> is a link).
-                env_dir = os.path.realpath(os.path.dirname(os.path.dirname(python)))
-                binds.append(Bind(env_dir, env_dir))
-                python = os.path.join(env_dir, "bin", "python")
-            boxed = SandboxPlan(uid=uid, gid=uid, binds=tuple(binds), package_host=str(package))
-            pfs_home, output_path, input_path = launch.pfs_home, launch.output, launch.input
-            package_dir = package_seen
+            paths, boxed, python = self._sandboxed(launch, package, python)
         else:
-            pfs_home = str(self._root.root / "home" / job.owner)
-            output_path = str(output)
-            input_path = None if launch.input is None else str(self._host_path(launch.input))
-            package_dir = str(package)
-        if input_path is not None:
-            env["PADDLE_CLOUD_INPUT"] = input_path
+            paths = WorkerPaths(
+                pfs_home=str(self._root.root / "home" / job.owner),
+                output=str(output),
+                package=str(package),
+                input=None if launch.input is None else str(self._host_path(launch.input)),
+            )
         limits = None
         if self._hierarchy is not None:
             h = self._hierarchy
             limits = CgroupPlan(h.version, str(h.root), h.parent, job.id, self._config.jobs.pids_max)
-        spec_workers = range(spec.pservers + spec.trainers)
-        ports = free_ports(len(spec_workers) + 1)
-        plan = build_plan(
-            job_name=spec.name,
-            user=job.owner,
-            datacenter=launch.datacenter,
-            pfs_home=pfs_home,
-            output=output_path,
-            package_dir=package_dir,
-            entry=spec.entry,
-            psentry=spec.psentry,
-            trainers=spec.trainers,
-            pservers=spec.pservers,
-            passes=spec.passes,
-            env=env,
-            use_gpu=spec.gpu > 0,
-            max_restarts=spec.max_restarts,
-            ports=ports[: spec.pservers],
-            trainer_ports=ports[spec.pservers : -1],
-            master_port=ports[-1],
-            devices_per_trainer=max(spec.gpu, 1),
-            grace_seconds=self._config.jobs.grace_seconds,
+        workers = spec.pservers + spec.trainers
+        host = HostPlan(
+            paths=paths,
+            ports=Ports.split(free_ports(workers + 1), spec.pservers),
+            devices=devices,
             sandbox=boxed,
             cgroups=limits,
-            resources={
-                "PSERVER": (spec.psmemory_bytes, spec.pscpu_milli),
-                "TRAINER": (spec.memory_bytes, spec.cpu_milli),
-            },
-            devices=devices,
             python=python,
+            network=self._network,
             notify=str(self._work_dir / "notify.sock") if self._notify is not None else None,
             # The job's cap, shared equally: each worker keeps the newest of its own output.
-            log_max_bytes=max(self._config.jobs.log_max_bytes // len(spec_workers), MIN_LOG_BYTES),
+            log_max_bytes=max(self._config.jobs.log_max_bytes // workers, MIN_LOG_BYTES),
             scratch_max_bytes=self._config.jobs.scratch_max_bytes,
-            network=self._network,
+            grace_seconds=self._config.jobs.grace_seconds,
         )
+        plan = build_plan(launch, host)
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:
             # The first line of the job's events; the supervisor appends the rest.
@@ -506,6 +460,39 @@ class LocalBackend(Backend):
             }
             (job_dir / "events.jsonl").write_text(json.dumps(event) + "\n", encoding="utf-8")
         return plan
+
+    def _sandboxed(
+        self, launch: Launch, package: Path, python: str | None
+    ) -> tuple[WorkerPaths, SandboxPlan, str | None]:
+        """How a sandboxed job's workers see its paths (the PFS paths, bound where they
+        say), the sandbox that binds them, and `python` as the workers see it."""
+        owner = launch.job.owner
+        uid = self._uids.uid_for(owner) if self._sandbox.switches_uid else os.geteuid()
+        home = self._root.root / "home" / owner
+        self._root.ensure_home(owner)
+        if self._sandbox.switches_uid:
+            # The home becomes the user's uid's once; pfs keeps what it adds there so.
+            if os.lstat(home).st_uid != uid:
+                chown_tree(home, uid, uid)
+            if launch.package_kind != "dir":
+                chown_tree(package, uid, uid)
+        dc = launch.datacenter
+        binds = [
+            Bind(str(home), f"/pfs/{dc}/home/{owner}", writable=True),
+            Bind(str(self._root.root / "public"), f"/pfs/{dc}/public"),
+        ]
+        package_seen = launch.package
+        if launch.package_kind != "dir":
+            binds.append(Bind(str(package), PACKAGE_TARGET, writable=True))
+            package_seen = PACKAGE_TARGET
+        if python is not None:
+            # A built environment, read-only at its real path (envs/<key> is a link).
+            env_dir = os.path.realpath(os.path.dirname(os.path.dirname(python)))
+            binds.append(Bind(env_dir, env_dir))
+            python = os.path.join(env_dir, "bin", "python")
+        boxed = SandboxPlan(uid=uid, gid=uid, binds=tuple(binds), package_host=str(package))
+        paths = WorkerPaths(launch.pfs_home, launch.output, package_seen, launch.input)
+        return paths, boxed, python
 
     def notes(self, spec: JobSpec) -> list[str]:
         if spec.image is None:
