@@ -36,7 +36,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,6 @@ from paddlecloud.common import cgroups, netns, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
-from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.sandbox import Bind
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, KILLED, PENDING, RUNNING, TERMINAL_STATES, utcnow
@@ -67,8 +66,8 @@ from ..backend import (
 from ..exits import WORKER_STOPPED
 from ..spec import JobSpec
 from . import claim
-from .caplog import LogTimes, read_dropped
 from .gpus import GpuPool, discover
+from .logmerge import LogMerge
 from .plan import STOP_REASON, CgroupPlan, HostPlan, Plan, Ports, SandboxPlan, WorkerPaths, build_plan
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
@@ -692,56 +691,12 @@ class LocalBackend(Backend):
         names = [w.name for w in self._plan(job).workers]
         if job_dir is None or not names:
             return
-        offsets = _decode_cursor(query.cursor, names) if query.cursor else None
-        if offsets is None:
-            offsets = [0] * len(names)
-            if query.tail is not None:
-                offsets = [_tail(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
-        wanted = [
-            i
-            for i, name in enumerate(names)
-            if (not query.workers or name in query.workers)
-            and (not query.roles or name.split("-", 1)[0].upper() in query.roles)
-        ]
-        times = {i: LogTimes() for i in wanted}
+        reader = LogMerge.start(job_dir / "logs", names, query)
         while True:
             final = self._is_final(job)  # decided before reading, so nothing written after is missed
-            more = False
-            # (stamp, worker, offset after the line, text): sorted, that is the order they came in.
-            found: list[tuple[int, int, int, str]] = []
-            # A worker with more than one batch waiting was read only up to some stamp: what
-            # others have after it waits for the next pass, so the merge never runs ahead.
-            upto: int | None = None
-            for i in wanted:
-                path = job_dir / "logs" / f"{names[i]}.log"
-                start = offsets[i]
-                lines, truncated = read_lines(path, start, final)
-                # Read after the lines: the cap drops bytes only once it has said so here.
-                gone = read_dropped(path)
-                if gone.offset > start:
-                    # What was read may be a dropped part's zeros: a marker stands for it, first.
-                    found.append((-1, i, gone.offset, gone.marker(start)))
-                    more = True
-                    continue
-                if not lines:
-                    continue
-                stamps = times[i].refresh(path)
-                position = start
-                for text, size in lines:
-                    found.append((stamps.at(position), i, position + size, text))
-                    position += size
-                if truncated:
-                    more = True
-                    upto = found[-1][0] if upto is None else min(upto, found[-1][0])
-            if found:
-                batch = []
-                for stamp, i, end, text in sorted(found):
-                    if upto is not None and stamp > upto:
-                        continue  # read again next pass, after the lines that came before it
-                    offsets[i] = end
-                    batch.append(LogLine(names[i], text, _encode_cursor(offsets)))
-                if batch:
-                    yield batch
+            batch, more = reader.read(final)
+            if batch:
+                yield batch
             if more:
                 continue
             if final or not query.follow:
@@ -820,26 +775,9 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _tail(path: Path, lines: int) -> int:
-    """Where a worker's log's last `lines` lines begin, among the bytes its cap kept."""
-    return tail_offset(path, lines, read_dropped(path).offset)
-
-
 def _last_lines(path: Path, lines: int = 3) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
         return "no output"
     return " | ".join(text[-lines:]) or "no output"
-
-
-def _encode_cursor(offsets: Sequence[int]) -> str:
-    return "l1." + ".".join(map(str, offsets))
-
-
-def _decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
-    version, _, rest = cursor.partition(".")
-    parts = rest.split(".") if rest else []
-    if version != "l1" or len(parts) != len(names) or not all(p.isdigit() and len(p) < 16 for p in parts):
-        raise BadCursor(f"{cursor[:60]!r} is not a log cursor of this job")
-    return [int(p) for p in parts]
