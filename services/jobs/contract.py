@@ -50,8 +50,7 @@ FLEET_ENV = (
 PYTORCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 KUBEFLOW_ENV = ("PADDLE_JOB_ID", "PADDLE_NNODES", "PADDLE_SERVER_NUM", "PADDLE_TRAINER_NUM", "PADDLE_MASTER")
 # Where the job's input is, in the worker's view; set only for a job that gives `input`.
-# Not in RESERVED_ENV, which names what every worker is told; the spec refuses it in
-# `env` all the same (spec.py).
+# A user's `env` may not set it either: spec.py adds it to the names it refuses there.
 INPUT_ENV = "PADDLE_CLOUD_INPUT"
 # The devices a worker was given; set by the platform so that no job reaches another's GPUs.
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
