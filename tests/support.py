@@ -25,7 +25,10 @@ from aiohttp import web
 from paddlecloud.common import internal_auth
 from paddlecloud.common.config import Config, load_config
 from paddlecloud.common.keys import IDENTITY, REQUEST_ID
+from paddlecloud.common.store import Job
 from paddlecloud.common.web import create_base_app
+from paddlecloud.jobs.backend import Launch
+from paddlecloud.jobs.spec import JobSpec
 
 INTERNAL_SECRET = "test-internal-secret-0123456789abcdef"
 
@@ -319,3 +322,21 @@ def zeros_tar_gz(size: int, name: str = "big.bin", piece: int = 64 * 2**20) -> b
     padding = -size % tarfile.BLOCKSIZE + 2 * tarfile.BLOCKSIZE  # the member's padding, the end
     parts.append(gzip.compress(bytes(rest + padding)))
     return b"".join(parts)
+
+
+def plan_launch(owner: str = "alice", datacenter: str = "dc1", **spec_fields: Any) -> Launch:
+    """The launch of a job with `spec_fields` (validated; a name and a package are given),
+    for the local backend's `build_plan`, which takes the job from it and the paths its
+    workers see from the host plan."""
+    home = f"/pfs/{datacenter}/home/{owner}"
+    spec = JobSpec.model_validate({"name": "test-job", "package": f"{home}/package"} | spec_fields)
+    job = Job(id="job1", owner=owner, name=spec.name, state="PENDING", spec=spec.to_dict())
+    return Launch(
+        job=job,
+        spec=spec,
+        datacenter=datacenter,
+        pfs_home=home,
+        output=f"{home}/jobs/{spec.name}",
+        package=spec.package,
+        package_kind="dir",
+    )

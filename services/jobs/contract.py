@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Every variable the platform sets; the PyTorch ones only for trainers, and
-# PADDLE_INIT_NUM_PASSES only for a job that gives `passes`.
+# PADDLE_INIT_NUM_PASSES only for a job that gives `passes` (INPUT_ENV, below, only for
+# a job that gives `input`).
 PADDLECLOUD_ENV = (
     "PADDLE_JOB_NAME",
     "PADDLE_CLOUD_CURRENT_DATACENTER",
@@ -48,6 +49,9 @@ FLEET_ENV = (
 )
 PYTORCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 KUBEFLOW_ENV = ("PADDLE_JOB_ID", "PADDLE_NNODES", "PADDLE_SERVER_NUM", "PADDLE_TRAINER_NUM", "PADDLE_MASTER")
+# Where the job's input is, in the worker's view; set only for a job that gives `input`.
+# A user's `env` may not set it either: spec.py adds it to the names it refuses there.
+INPUT_ENV = "PADDLE_CLOUD_INPUT"
 # The devices a worker was given; set by the platform so that no job reaches another's GPUs.
 DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 RESERVED_ENV = frozenset(
@@ -87,6 +91,7 @@ class JobContract:
     master: tuple[str, int]
     socket_ifname: str  # the network interface workers reach each other on (lo, eth0)
     user_env: Mapping[str, str] = field(default_factory=dict)
+    input: str | None = None  # INPUT_ENV; None: the job has no input, and it is not set
 
 
 def contract_env(
@@ -102,7 +107,8 @@ def contract_env(
 ) -> dict[str, str]:
     """The environment of one worker: the defaults of COLLECTIVE_ENV, then the user's
     `env` (which wins over those), then every other variable of the contract (which wins
-    over a user's value of the same name).
+    over a user's value of the same name), PADDLE_CLOUD_INPUT among them for a job that
+    has an input.
 
     `role` is PSERVER or TRAINER; `index` the worker's index within its role (its
     TRAINER_ID, also for parameter servers, as Kubeflow's PaddleJob does); `host` and
@@ -129,6 +135,8 @@ def contract_env(
         "PADDLE_DISTRI_BACKEND": "nccl" if job.use_gpu else "gloo",
     }
     env |= job.user_env
+    if job.input is not None:
+        env[INPUT_ENV] = job.input
     env |= {
         "PADDLE_JOB_NAME": job.job_name,
         "PADDLE_CLOUD_CURRENT_DATACENTER": job.datacenter,

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from paddlecloud.jobs.local.backend import free_ports
-from paddlecloud.jobs.local.plan import build_plan
+from paddlecloud.jobs.local.plan import HostPlan, Ports, WorkerPaths, build_plan
+from support import plan_launch
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the DDP example cannot run here")
 
@@ -37,23 +38,12 @@ def test_two_trainers_train_one_model_with_ddp(tmp_path: Path) -> None:
     job_dir.mkdir()
     ports = free_ports(3)
     plan = build_plan(
-        job_name="ddp",
-        user="alice",
-        datacenter="dc1",
-        pfs_home=str(tmp_path / "home"),
-        output=str(output),
-        package_dir=str(package),
-        entry=f"{sys.executable} train.py",
-        trainers=2,
-        pservers=0,
-        passes=5,
-        env={},
-        use_gpu=False,
-        max_restarts=0,
-        ports=[],
-        trainer_ports=ports[:2],
-        master_port=ports[2],
-        grace_seconds=5.0,
+        plan_launch(name="ddp", entry=f"{sys.executable} train.py", trainers=2, pservers=0, passes=5),
+        HostPlan(
+            paths=WorkerPaths(pfs_home=str(tmp_path / "home"), output=str(output), package=str(package)),
+            ports=Ports.split(ports, 0),
+            grace_seconds=5.0,
+        ),
     )
     (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
     proc = subprocess.Popen(

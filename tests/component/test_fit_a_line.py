@@ -29,7 +29,8 @@ import psutil
 import pytest
 
 from paddlecloud.jobs.local.backend import free_ports
-from paddlecloud.jobs.local.plan import build_plan
+from paddlecloud.jobs.local.plan import HostPlan, Ports, WorkerPaths, build_plan
+from support import plan_launch
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fit_a_line"
 DEADLINE = 60.0
@@ -99,24 +100,19 @@ def job_runner(tmp_path: Path) -> Iterator[Any]:
         job_dir.mkdir()
         ports = free_ports(pservers + trainers + 1)
         plan = build_plan(
-            job_name="fit-a-line",
-            user="alice",
-            datacenter="dc1",
-            pfs_home=str(tmp_path / "home"),
-            output=str(output),
-            package_dir=str(package),
-            entry=f"{sys.executable} train.py",
-            trainers=trainers,
-            pservers=pservers,
-            passes=passes,
-            env={},
-            use_gpu=False,
-            max_restarts=0,
-            ports=ports[:pservers],
-            trainer_ports=ports[pservers:-1],
-            master_port=ports[-1],
-            grace_seconds=5.0,
-            port_timeout_seconds=20.0,
+            plan_launch(
+                name="fit-a-line",
+                entry=f"{sys.executable} train.py",
+                trainers=trainers,
+                pservers=pservers,
+                passes=passes,
+            ),
+            HostPlan(
+                paths=WorkerPaths(pfs_home=str(tmp_path / "home"), output=str(output), package=str(package)),
+                ports=Ports.split(ports, pservers),
+                grace_seconds=5.0,
+                port_timeout_seconds=20.0,
+            ),
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
         began = time.monotonic()

@@ -28,7 +28,8 @@ from paddlecloud.common import sandbox
 from paddlecloud.common.sandbox import Bind
 from paddlecloud.jobs.contract import PYTORCH_ENV, RESERVED_ENV
 from paddlecloud.jobs.local.backend import free_ports
-from paddlecloud.jobs.local.plan import Plan, SandboxPlan, build_plan
+from paddlecloud.jobs.local.plan import HostPlan, Plan, Ports, SandboxPlan, WorkerPaths, build_plan
+from support import plan_launch
 
 GRACE = 1.0
 DEADLINE = 30.0
@@ -165,25 +166,21 @@ def start_job(tmp_path: Path) -> Iterator[Callable[..., Job]]:
         job_dir.mkdir()
         ports = free_ports(pservers + trainers + 1)
         plan = build_plan(
-            job_name="test-job",
-            user="alice",
-            datacenter="dc1",
-            pfs_home=str(tmp_path / "home"),
-            output=str(output),
-            package_dir=str(package),
-            entry=f"{sys.executable} main.py",
-            trainers=trainers,
-            pservers=pservers,
-            passes=3,
-            env={"TEST_MODE": mode},
-            use_gpu=False,
-            max_restarts=max_restarts,
-            ports=ports[:pservers],
-            trainer_ports=ports[pservers:-1],
-            master_port=ports[-1],
-            grace_seconds=GRACE,
-            port_timeout_seconds=port_timeout,
-            restart_delay_seconds=0.05,
+            plan_launch(
+                entry=f"{sys.executable} main.py",
+                trainers=trainers,
+                pservers=pservers,
+                passes=3,
+                env={"TEST_MODE": mode},
+                max_restarts=max_restarts,
+            ),
+            HostPlan(
+                paths=WorkerPaths(pfs_home=str(tmp_path / "home"), output=str(output), package=str(package)),
+                ports=Ports.split(ports, pservers),
+                grace_seconds=GRACE,
+                port_timeout_seconds=port_timeout,
+                restart_delay_seconds=0.05,
+            ),
         )
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
         proc = subprocess.Popen(
@@ -407,28 +404,19 @@ def run_sandboxed_job(tmp_path: Path, mode: str) -> tuple[Job, list[psutil.Proce
     seen_home = "/pfs/dc1/home/alice"
     ports = free_ports(3)
     plan = build_plan(
-        job_name="test-job",
-        user="alice",
-        datacenter="dc1",
-        pfs_home=seen_home,
-        output=f"{seen_home}/output",
-        package_dir=f"{seen_home}/package",
-        entry="python main.py",
-        trainers=1,
-        pservers=1,
-        passes=1,
-        env={"TEST_MODE": mode},
-        use_gpu=False,
-        max_restarts=0,
-        ports=ports[:1],
-        trainer_ports=ports[1:2],
-        master_port=ports[2],
-        grace_seconds=GRACE,
-        sandbox=SandboxPlan(
-            uid=os.geteuid(),
-            gid=os.getegid(),
-            binds=(Bind(str(home), seen_home, writable=True),),
-            package_host=str(package),
+        plan_launch(entry="python main.py", trainers=1, pservers=1, passes=1, env={"TEST_MODE": mode}),
+        HostPlan(
+            paths=WorkerPaths(
+                pfs_home=seen_home, output=f"{seen_home}/output", package=f"{seen_home}/package"
+            ),
+            ports=Ports.split(ports, 1),
+            grace_seconds=GRACE,
+            sandbox=SandboxPlan(
+                uid=os.geteuid(),
+                gid=os.getegid(),
+                binds=(Bind(str(home), seen_home, writable=True),),
+                package_host=str(package),
+            ),
         ),
     )
     (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))

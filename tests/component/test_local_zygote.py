@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,34 +17,30 @@ from test_jobs_api import start_jobs
 
 from paddlecloud.common import cgroups
 from paddlecloud.jobs.local.backend import SUPERVISOR_MODULE
-from paddlecloud.jobs.local.plan import CgroupPlan, build_plan
+from paddlecloud.jobs.local.plan import CgroupPlan, HostPlan, Ports, WorkerPaths, build_plan
+from support import plan_launch
 
 
-def write_job(root: Path, entry: str, **plan: Any) -> Path:
-    """A one-trainer job's directory with its plan, unsandboxed; `plan` overrides."""
+def write_job(
+    root: Path,
+    entry: str,
+    *,
+    pservers: int = 0,
+    psentry: str | None = None,
+    ports: Sequence[int] = (),
+    cgroups: CgroupPlan | None = None,
+) -> Path:
+    """A one-trainer job's directory with its plan, unsandboxed; the rest as given."""
     package, output, job_dir = root / "package", root / "output", root / "jobs" / "alice" / "job1"
     for directory in (package, output, job_dir):
         directory.mkdir(parents=True)
     plan = build_plan(
-        job_name="zygote-test",
-        user="alice",
-        datacenter="dc1",
-        pfs_home=str(root / "home"),
-        output=str(output),
-        package_dir=str(package),
-        entry=entry,
-        **{
-            "trainers": 1,
-            "pservers": 0,
-            "passes": 1,
-            "env": {},
-            "use_gpu": False,
-            "max_restarts": 0,
-            "ports": [],
-            "trainer_ports": [0],
-            "master_port": 0,
-            **plan,
-        },
+        plan_launch(name="zygote-test", entry=entry, psentry=psentry, pservers=pservers, passes=1),
+        HostPlan(
+            paths=WorkerPaths(pfs_home=str(root / "home"), output=str(output), package=str(package)),
+            ports=Ports(tuple(ports), (0,), 0),
+            cgroups=cgroups,
+        ),
     )
     (job_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
     return job_dir

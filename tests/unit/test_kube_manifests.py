@@ -39,7 +39,7 @@ from paddlecloud.jobs.contract import (
 )
 from paddlecloud.jobs.kube import manifests, names, rbac
 from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, JobPlan
-from paddlecloud.jobs.local.plan import build_plan
+from paddlecloud.jobs.local.plan import HostPlan, Ports, WorkerPaths, build_plan
 from paddlecloud.jobs.spec import JobSpec
 
 JOB_ID = "0123456789abcdef0123456789abcdef"
@@ -862,30 +862,19 @@ def hostless(key: str, value: str) -> str:
 def local_envs(plan: JobPlan) -> dict[tuple[str, int], dict[str, str]]:
     """What the local backend gives the same job's workers (local/backend.py's call)."""
     launch, spec, settings = plan.launch, plan.launch.spec, plan.settings
-    env = dict(spec.env)
-    if launch.input is not None:
-        env["PADDLE_CLOUD_INPUT"] = launch.input
-    local = build_plan(
-        job_name=spec.name,
-        user=launch.job.owner,
-        datacenter=launch.datacenter,
-        pfs_home=launch.pfs_home,
-        output=launch.output,
-        package_dir=launch.package,
-        entry=spec.entry,
-        psentry=spec.psentry,
-        trainers=spec.trainers,
-        pservers=spec.pservers,
-        passes=spec.passes,
-        env=env,
-        use_gpu=spec.gpu > 0,
-        max_restarts=spec.max_restarts,
-        ports=[settings.pserver_port] * spec.pservers,
-        trainer_ports=[settings.trainer_port] * spec.trainers,
-        master_port=settings.master_port,
-        devices_per_trainer=max(spec.gpu, 1),
-        devices={f"trainer-{i}": [str(i)] * spec.gpu for i in range(spec.trainers)} if spec.gpu else None,
+    paths = WorkerPaths(
+        pfs_home=str(launch.pfs_home),
+        output=str(launch.output),
+        package=str(launch.package),
+        input=None if launch.input is None else str(launch.input),
     )
+    ports = Ports(
+        (settings.pserver_port,) * spec.pservers,
+        (settings.trainer_port,) * spec.trainers,
+        settings.master_port,
+    )
+    devices = {f"trainer-{i}": [str(i)] * spec.gpu for i in range(spec.trainers)} if spec.gpu else {}
+    local = build_plan(launch, HostPlan(paths=paths, ports=ports, devices=devices))
     return {(w.role.value.lower(), w.index): dict(w.env) for w in local.workers}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,33 +16,41 @@ from paddlecloud.jobs.contract import (
     PYTORCH_ENV,
     RESERVED_ENV,
 )
-from paddlecloud.jobs.local.plan import Plan, Role, build_plan
+from paddlecloud.jobs.local.plan import HostPlan, Plan, Ports, Role, WorkerPaths, build_plan
+from support import plan_launch
 
 PS_PORTS = [40001, 40002]
 TRAINER_PORTS = [41001, 41002, 41003]
 MASTER_PORT = 42000
 
 
-def make_plan(**overrides: Any) -> Plan:
-    args: dict[str, Any] = {
-        "job_name": "mnist-1",
-        "user": "alice",
-        "datacenter": "dc1",
-        "pfs_home": "/pfs/dc1/home/alice",
-        "output": "/pfs/dc1/home/alice/jobs/mnist-1",
-        "package_dir": "/srv/jobs/mnist-1/package",
+# What the host decides, as opposed to what the job asks (every other override).
+HOST_FIELDS = {"devices", "grace_seconds", "port_timeout_seconds", "restart_delay_seconds", "network"}
+
+
+def make_plan(
+    *, ports: list[int] = PS_PORTS, trainer_ports: list[int] = TRAINER_PORTS, **overrides: Any
+) -> Plan:
+    fields: dict[str, Any] = {
+        "name": "mnist-1",
         "entry": "python train.py --epochs 2",
         "trainers": 3,
         "pservers": 2,
         "passes": 5,
         "env": {"LEARNING_RATE": "0.1"},
-        "use_gpu": False,
         "max_restarts": 2,
-        "ports": PS_PORTS,
-        "trainer_ports": TRAINER_PORTS,
-        "master_port": MASTER_PORT,
     }
-    return build_plan(**(args | overrides))
+    decided = {key: overrides.pop(key) for key in HOST_FIELDS & overrides.keys()}
+    launch = plan_launch()
+    # Not validated: a plan must refuse what a submit would have, should it get it.
+    launch = replace(launch, spec=launch.spec.model_copy(update=fields | overrides))
+    paths = WorkerPaths(
+        pfs_home="/pfs/dc1/home/alice",
+        output="/pfs/dc1/home/alice/jobs/mnist-1",
+        package="/srv/jobs/mnist-1/package",
+    )
+    ports_held = Ports(tuple(ports), tuple(trainer_ports), MASTER_PORT)
+    return build_plan(launch, HostPlan(paths=paths, ports=ports_held, **decided))
 
 
 def test_workers_are_named_ordered_and_run_the_entry_through_a_shell() -> None:
@@ -87,7 +96,7 @@ def test_paddlecloud_style() -> None:
 
 
 def test_paddle_v1_style() -> None:
-    plan = make_plan(use_gpu=True, devices_per_trainer=4)
+    plan = make_plan(gpu=4)
     for worker in plan.workers:
         env = worker.env
         assert env["PADDLE_INIT_TRAINER_ID"] == str(worker.index)
@@ -102,7 +111,7 @@ def test_paddle_v1_style() -> None:
     # A v1 server listens on its own port; a v1 trainer knows only the first server's.
     assert [w.env["PADDLE_INIT_PORT"] for w in plan.pservers] == ["40001", "40002"]
     assert {w.env["PADDLE_INIT_PORT"] for w in plan.trainers} == {"40001"}
-    assert make_plan(use_gpu=False).workers[0].env["PADDLE_INIT_USE_GPU"] == "0"
+    assert make_plan(gpu=0).workers[0].env["PADDLE_INIT_USE_GPU"] == "0"
 
 
 def test_a_job_that_gives_no_passes_is_told_none() -> None:
@@ -143,7 +152,7 @@ def test_a_gpu_trainer_sees_only_its_own_devices_and_is_local_rank_0_among_them(
     # `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` must pick the trainer's own
     # GPU: with only its devices visible, trainer-2 asking for cuda:2 would fail.
     held = {"trainer-0": ["3"], "trainer-1": ["1"], "trainer-2": ["0"]}
-    plan = make_plan(use_gpu=True, devices_per_trainer=1, devices=held)
+    plan = make_plan(gpu=1, devices=held)
     for worker in plan.trainers:
         env = worker.env
         assert env["CUDA_VISIBLE_DEVICES"] == held[worker.name][0]

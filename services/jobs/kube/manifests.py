@@ -737,9 +737,6 @@ def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
     launch, spec = plan.launch, plan.launch.spec
     pservers, trainers, master = _endpoints(plan)
     user_env = {key: _literal(value) for key, value in spec.env.items()}
-    if launch.input is not None:
-        # As the local backend does: where the job's input is, in the worker's view.
-        user_env["PADDLE_CLOUD_INPUT"] = _literal(launch.input)
     contract = JobContract(
         job_name=spec.name,
         user=_literal(launch.job.owner),
@@ -757,6 +754,7 @@ def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
         master=master,
         socket_ifname=POD_INTERFACE,
         user_env=user_env,
+        input=None if launch.input is None else _literal(launch.input),
     )
     service = names.trainer_name(spec.name) if role == "TRAINER" else names.pserver_name(spec.name)
     own_port = plan.settings.trainer_port if role == "TRAINER" else plan.settings.pserver_port

@@ -36,7 +36,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,6 @@ from paddlecloud.common import cgroups, netns, trees
 from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
-from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from paddlecloud.common.sandbox import Bind
 from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, KILLED, PENDING, RUNNING, TERMINAL_STATES, utcnow
@@ -67,9 +66,9 @@ from ..backend import (
 from ..exits import WORKER_STOPPED
 from ..spec import JobSpec
 from . import claim
-from .caplog import LogTimes, read_dropped
 from .gpus import GpuPool, discover
-from .plan import STOP_REASON, CgroupPlan, Plan, SandboxPlan, build_plan
+from .logmerge import LogMerge
+from .plan import STOP_REASON, CgroupPlan, HostPlan, Plan, Ports, SandboxPlan, WorkerPaths, build_plan
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
 
@@ -417,83 +416,37 @@ class LocalBackend(Backend):
         job_dir.mkdir(parents=True, exist_ok=False)
         package = self._package_dir(launch, job_dir)
         output = self._make_output(launch.output)
-        env = dict(spec.env)
         python = launch.runtime.python if launch.runtime else None
         boxed: SandboxPlan | None = None
         if self._sandbox.enabled:
-            uid = self._uids.uid_for(job.owner) if self._sandbox.switches_uid else os.geteuid()
-            home = self._root.root / "home" / job.owner
-            self._root.ensure_home(job.owner)
-            if self._sandbox.switches_uid:
-                # The home becomes the user's uid's once; pfs keeps what it adds there so.
-                if os.lstat(home).st_uid != uid:
-                    chown_tree(home, uid, uid)
-                if launch.package_kind != "dir":
-                    chown_tree(package, uid, uid)
-            dc = launch.datacenter
-            binds = [
-                Bind(str(home), f"/pfs/{dc}/home/{job.owner}", writable=True),
-                Bind(str(self._root.root / "public"), f"/pfs/{dc}/public"),
-            ]
-            package_seen = launch.package
-            if launch.package_kind != "dir":
-                binds.append(Bind(str(package), PACKAGE_TARGET, writable=True))
-                package_seen = PACKAGE_TARGET
-            if python is not None:
-                # A built environment, read-only at its real path (envs/<key> is a link).
-                env_dir = os.path.realpath(os.path.dirname(os.path.dirname(python)))
-                binds.append(Bind(env_dir, env_dir))
-                python = os.path.join(env_dir, "bin", "python")
-            boxed = SandboxPlan(uid=uid, gid=uid, binds=tuple(binds), package_host=str(package))
-            pfs_home, output_path, input_path = launch.pfs_home, launch.output, launch.input
-            package_dir = package_seen
+            paths, boxed, python = self._sandboxed(launch, package, python)
         else:
-            pfs_home = str(self._root.root / "home" / job.owner)
-            output_path = str(output)
-            input_path = None if launch.input is None else str(self._host_path(launch.input))
-            package_dir = str(package)
-        if input_path is not None:
-            env["PADDLE_CLOUD_INPUT"] = input_path
+            paths = WorkerPaths(
+                pfs_home=str(self._root.root / "home" / job.owner),
+                output=str(output),
+                package=str(package),
+                input=None if launch.input is None else str(self._host_path(launch.input)),
+            )
         limits = None
         if self._hierarchy is not None:
             h = self._hierarchy
             limits = CgroupPlan(h.version, str(h.root), h.parent, job.id, self._config.jobs.pids_max)
-        spec_workers = range(spec.pservers + spec.trainers)
-        ports = free_ports(len(spec_workers) + 1)
-        plan = build_plan(
-            job_name=spec.name,
-            user=job.owner,
-            datacenter=launch.datacenter,
-            pfs_home=pfs_home,
-            output=output_path,
-            package_dir=package_dir,
-            entry=spec.entry,
-            psentry=spec.psentry,
-            trainers=spec.trainers,
-            pservers=spec.pservers,
-            passes=spec.passes,
-            env=env,
-            use_gpu=spec.gpu > 0,
-            max_restarts=spec.max_restarts,
-            ports=ports[: spec.pservers],
-            trainer_ports=ports[spec.pservers : -1],
-            master_port=ports[-1],
-            devices_per_trainer=max(spec.gpu, 1),
-            grace_seconds=self._config.jobs.grace_seconds,
+        workers = spec.pservers + spec.trainers
+        host = HostPlan(
+            paths=paths,
+            ports=Ports.split(free_ports(workers + 1), spec.pservers),
+            devices=devices,
             sandbox=boxed,
             cgroups=limits,
-            resources={
-                "PSERVER": (spec.psmemory_bytes, spec.pscpu_milli),
-                "TRAINER": (spec.memory_bytes, spec.cpu_milli),
-            },
-            devices=devices,
             python=python,
+            network=self._network,
             notify=str(self._work_dir / "notify.sock") if self._notify is not None else None,
             # The job's cap, shared equally: each worker keeps the newest of its own output.
-            log_max_bytes=max(self._config.jobs.log_max_bytes // len(spec_workers), MIN_LOG_BYTES),
+            log_max_bytes=max(self._config.jobs.log_max_bytes // workers, MIN_LOG_BYTES),
             scratch_max_bytes=self._config.jobs.scratch_max_bytes,
-            network=self._network,
+            grace_seconds=self._config.jobs.grace_seconds,
         )
+        plan = build_plan(launch, host)
         (job_dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
         if spec.image is not None:
             # The first line of the job's events; the supervisor appends the rest.
@@ -506,6 +459,39 @@ class LocalBackend(Backend):
             }
             (job_dir / "events.jsonl").write_text(json.dumps(event) + "\n", encoding="utf-8")
         return plan
+
+    def _sandboxed(
+        self, launch: Launch, package: Path, python: str | None
+    ) -> tuple[WorkerPaths, SandboxPlan, str | None]:
+        """How a sandboxed job's workers see its paths (the PFS paths, bound where they
+        say), the sandbox that binds them, and `python` as the workers see it."""
+        owner = launch.job.owner
+        uid = self._uids.uid_for(owner) if self._sandbox.switches_uid else os.geteuid()
+        home = self._root.root / "home" / owner
+        self._root.ensure_home(owner)
+        if self._sandbox.switches_uid:
+            # The home becomes the user's uid's once; pfs keeps what it adds there so.
+            if os.lstat(home).st_uid != uid:
+                chown_tree(home, uid, uid)
+            if launch.package_kind != "dir":
+                chown_tree(package, uid, uid)
+        dc = launch.datacenter
+        binds = [
+            Bind(str(home), f"/pfs/{dc}/home/{owner}", writable=True),
+            Bind(str(self._root.root / "public"), f"/pfs/{dc}/public"),
+        ]
+        package_seen = launch.package
+        if launch.package_kind != "dir":
+            binds.append(Bind(str(package), PACKAGE_TARGET, writable=True))
+            package_seen = PACKAGE_TARGET
+        if python is not None:
+            # A built environment, read-only at its real path (envs/<key> is a link).
+            env_dir = os.path.realpath(os.path.dirname(os.path.dirname(python)))
+            binds.append(Bind(env_dir, env_dir))
+            python = os.path.join(env_dir, "bin", "python")
+        boxed = SandboxPlan(uid=uid, gid=uid, binds=tuple(binds), package_host=str(package))
+        paths = WorkerPaths(launch.pfs_home, launch.output, package_seen, launch.input)
+        return paths, boxed, python
 
     def notes(self, spec: JobSpec) -> list[str]:
         if spec.image is None:
@@ -705,56 +691,12 @@ class LocalBackend(Backend):
         names = [w.name for w in self._plan(job).workers]
         if job_dir is None or not names:
             return
-        offsets = _decode_cursor(query.cursor, names) if query.cursor else None
-        if offsets is None:
-            offsets = [0] * len(names)
-            if query.tail is not None:
-                offsets = [_tail(job_dir / "logs" / f"{n}.log", query.tail) for n in names]
-        wanted = [
-            i
-            for i, name in enumerate(names)
-            if (not query.workers or name in query.workers)
-            and (not query.roles or name.split("-", 1)[0].upper() in query.roles)
-        ]
-        times = {i: LogTimes() for i in wanted}
+        reader = LogMerge.start(job_dir / "logs", names, query)
         while True:
             final = self._is_final(job)  # decided before reading, so nothing written after is missed
-            more = False
-            # (stamp, worker, offset after the line, text): sorted, that is the order they came in.
-            found: list[tuple[int, int, int, str]] = []
-            # A worker with more than one batch waiting was read only up to some stamp: what
-            # others have after it waits for the next pass, so the merge never runs ahead.
-            upto: int | None = None
-            for i in wanted:
-                path = job_dir / "logs" / f"{names[i]}.log"
-                start = offsets[i]
-                lines, truncated = read_lines(path, start, final)
-                # Read after the lines: the cap drops bytes only once it has said so here.
-                gone = read_dropped(path)
-                if gone.offset > start:
-                    # What was read may be a dropped part's zeros: a marker stands for it, first.
-                    found.append((-1, i, gone.offset, gone.marker(start)))
-                    more = True
-                    continue
-                if not lines:
-                    continue
-                stamps = times[i].refresh(path)
-                position = start
-                for text, size in lines:
-                    found.append((stamps.at(position), i, position + size, text))
-                    position += size
-                if truncated:
-                    more = True
-                    upto = found[-1][0] if upto is None else min(upto, found[-1][0])
-            if found:
-                batch = []
-                for stamp, i, end, text in sorted(found):
-                    if upto is not None and stamp > upto:
-                        continue  # read again next pass, after the lines that came before it
-                    offsets[i] = end
-                    batch.append(LogLine(names[i], text, _encode_cursor(offsets)))
-                if batch:
-                    yield batch
+            batch, more = reader.read(final)
+            if batch:
+                yield batch
             if more:
                 continue
             if final or not query.follow:
@@ -833,26 +775,9 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _tail(path: Path, lines: int) -> int:
-    """Where a worker's log's last `lines` lines begin, among the bytes its cap kept."""
-    return tail_offset(path, lines, read_dropped(path).offset)
-
-
 def _last_lines(path: Path, lines: int = 3) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
         return "no output"
     return " | ".join(text[-lines:]) or "no output"
-
-
-def _encode_cursor(offsets: Sequence[int]) -> str:
-    return "l1." + ".".join(map(str, offsets))
-
-
-def _decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
-    version, _, rest = cursor.partition(".")
-    parts = rest.split(".") if rest else []
-    if version != "l1" or len(parts) != len(names) or not all(p.isdigit() and len(p) < 16 for p in parts):
-        raise BadCursor(f"{cursor[:60]!r} is not a log cursor of this job")
-    return [int(p) for p in parts]

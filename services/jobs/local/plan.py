@@ -1,7 +1,9 @@
 """Launch plans for the local backend: which processes a job runs, with which environment.
 
-`build_plan` is pure: it turns a job into a `Plan` that the supervisor
-(`paddlecloud.jobs.local.supervisor`) reads from `JOB_DIR/plan.json`.
+`build_plan` is pure: it turns a job's launch (what the job asked) and a `HostPlan` (what
+this machine decided for it: paths as the workers see them, ports, GPUs, sandbox,
+cgroups, Python) into a `Plan` that the supervisor (`paddlecloud.jobs.local.supervisor`)
+reads from `JOB_DIR/plan.json`.
 
 How the runtime contract (DESIGN §4) maps onto one machine:
 
@@ -18,7 +20,7 @@ How the runtime contract (DESIGN §4) maps onto one machine:
   `PADDLE_INIT_PORTS_NUM` is 1 and
   `PADDLE_INIT_PORTS_NUM_FOR_SPARSE` is 0: one port per server is all that is allocated.
 - `PADDLE_INIT_TRAINER_COUNT` keeps its v1 meaning, threads or devices per trainer
-  process (`devices_per_trainer`), not the number of trainers (that is `TRAINERS`).
+  process (the spec's `gpu`, at least 1), not the number of trainers (that is `TRAINERS`).
 - `NAMESPACE` is set and empty: there is no Kubernetes namespace on this backend, and a
   program that tests it learns exactly that.
 - `TRAINER_ID`, `PADDLE_INIT_TRAINER_ID` and `PADDLE_TRAINER_ID` are the worker's index
@@ -38,13 +40,19 @@ How the runtime contract (DESIGN §4) maps onto one machine:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paddlecloud.common.sandbox import Bind
 
 from ..contract import RESERVED_ENV, JobContract, contract_env
+
+if TYPE_CHECKING:
+    # For the annotations only: every supervisor imports this module, and needs neither
+    # the store nor pydantic, which these would bring in.
+    from ..backend import Launch
+    from ..spec import JobSpec
 
 DEFAULT_GRACE_SECONDS = 10.0
 # The file in a job's directory where the jobs service says why it stops the job (who, when).
@@ -231,91 +239,99 @@ class Plan:
         )
 
 
-def build_plan(
-    *,
-    job_name: str,
-    user: str,
-    datacenter: str,
-    pfs_home: str,
-    output: str,
-    package_dir: str,
-    entry: str,
-    psentry: str | None = None,
-    trainers: int,
-    pservers: int,
-    passes: int | None,
-    env: Mapping[str, str],
-    use_gpu: bool,
-    max_restarts: int,
-    ports: Sequence[int],
-    trainer_ports: Sequence[int],
-    master_port: int,
-    host: str = "127.0.0.1",
-    socket_ifname: str = "lo",
-    devices_per_trainer: int = 1,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-    port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS,
-    restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS,
-    sandbox: SandboxPlan | None = None,
-    cgroups: CgroupPlan | None = None,
-    resources: Mapping[str, tuple[int, int]] | None = None,
-    devices: Mapping[str, Sequence[str]] | None = None,
-    python: str | None = None,
-    notify: str | None = None,
-    log_max_bytes: int | None = None,
-    scratch_max_bytes: int | None = None,
-    network: str | None = None,
-) -> Plan:
+@dataclass(frozen=True)
+class Ports:
+    """The ports this machine found free for one job: one per parameter server, one per
+    trainer (its fleet endpoint), and the PyTorch/Kubeflow rendezvous (`master`)."""
+
+    pservers: tuple[int, ...]
+    trainers: tuple[int, ...]
+    master: int
+
+    @classmethod
+    def split(cls, ports: Sequence[int], pservers: int) -> Ports:
+        """One list of ports, as `free_ports` gives them, shared out: the servers' first,
+        then the trainers', the master's last."""
+        return cls(tuple(ports[:pservers]), tuple(ports[pservers:-1]), ports[-1])
+
+
+@dataclass(frozen=True)
+class WorkerPaths:
+    """The job's paths as its workers see them: PFS paths inside a sandbox, which binds
+    them there; the real directories without one."""
+
+    pfs_home: str
+    output: str
+    package: str  # TRAINER_PACKAGE, and every worker's cwd
+    input: str | None = None  # None: the job has no input
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What this machine decided for one job, where the launch says what the job asked:
+    where its workers see its paths, the ports and GPUs it holds, how it is sandboxed and
+    limited, its Python, and the service's settings for it."""
+
+    paths: WorkerPaths
+    ports: Ports
+    # A worker's name → the GPUs it holds, which it sees in CUDA_VISIBLE_DEVICES (every
+    # other worker sees none).
+    devices: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    sandbox: SandboxPlan | None = None
+    cgroups: CgroupPlan | None = None
+    python: str | None = None
+    network: str | None = None
+    notify: str | None = None
+    log_max_bytes: int | None = None
+    scratch_max_bytes: int | None = None
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    port_timeout_seconds: float = DEFAULT_PORT_TIMEOUT_SECONDS
+    restart_delay_seconds: float = DEFAULT_RESTART_DELAY_SECONDS
+    host: str = "127.0.0.1"  # where every worker is reached
+    socket_ifname: str = "lo"  # the interface `host` is on (gloo and NCCL bind there)
+
+
+def build_plan(launch: Launch, host: HostPlan) -> Plan:
     """The launch plan for a job: parameter servers first, then trainers, each with the
     complete runtime contract of DESIGN §4 plus the user's `env`.
 
-    Parameter servers run `psentry` when given, else `entry` (with TRAINING_ROLE=PSERVER).
-    `ports` holds one free port per parameter server, `trainer_ports` one per trainer
-    (their fleet endpoints) and `master_port` the PyTorch/Kubeflow rendezvous port; the
-    caller allocates them all; `socket_ifname` is the interface `host` is on (gloo and
-    NCCL bind there). `resources` maps a role (PSERVER, TRAINER) to its
-    (memory bytes, cpu millicores) per worker; `devices` maps a worker's name to the GPUs
-    it holds, which it sees in `CUDA_VISIBLE_DEVICES` (every other worker sees none).
-    Raises ValueError on inconsistent counts or on a user
-    variable that would override the contract.
+    The job (its spec, owner and datacenter) comes from `launch`; where it runs on this
+    machine from `host`. Parameter servers run the spec's `psentry` when given, else its
+    `entry` (with TRAINING_ROLE=PSERVER); each worker's memory and cpu are its role's in
+    the spec. Raises ValueError on inconsistent counts or on a user variable that would
+    override the contract.
     """
-    if trainers < 1:
-        raise ValueError(f"trainers must be at least 1, not {trainers}")
-    if pservers < 0:
-        raise ValueError(f"pservers must not be negative, not {pservers}")
-    if len(ports) != pservers:
-        raise ValueError(f"need one port per parameter server: {pservers} pservers, {len(ports)} ports")
-    if len(trainer_ports) != trainers:
-        raise ValueError(f"need one port per trainer: {trainers} trainers, {len(trainer_ports)} ports")
-    clashes = sorted(RESERVED_ENV & env.keys())
-    if clashes:
-        raise ValueError(f"env may not set variables of the runtime contract: {', '.join(clashes)}")
-    if max_restarts < 0:
-        raise ValueError(f"max_restarts must not be negative, not {max_restarts}")
-
+    spec = launch.spec
+    _check(spec, host.ports)
+    ports = host.ports
     contract = JobContract(
-        job_name=job_name,
-        user=user,
-        datacenter=datacenter,
-        pfs_home=pfs_home,
-        output=output,
-        entry=entry,
-        package_dir=package_dir,
+        job_name=spec.name,
+        user=launch.job.owner,
+        datacenter=launch.datacenter,
+        pfs_home=host.paths.pfs_home,
+        output=host.paths.output,
+        entry=spec.entry,
+        package_dir=host.paths.package,
         namespace="",
-        passes=passes,
-        use_gpu=use_gpu,
-        devices_per_trainer=devices_per_trainer,
-        pservers=[(host, port) for port in ports],
-        trainers=[(host, port) for port in trainer_ports],
-        master=(host, master_port),
-        socket_ifname=socket_ifname,
-        user_env=env,
+        passes=spec.passes,
+        use_gpu=spec.gpu > 0,
+        devices_per_trainer=max(spec.gpu, 1),
+        pservers=[(host.host, port) for port in ports.pservers],
+        trainers=[(host.host, port) for port in ports.trainers],
+        master=(host.host, ports.master),
+        socket_ifname=host.socket_ifname,
+        user_env=spec.env,
+        input=host.paths.input,
     )
-    commands = {Role.TRAINER: entry, Role.PSERVER: psentry or entry}
+    commands = {Role.TRAINER: spec.entry, Role.PSERVER: spec.psentry or spec.entry}
+    resources = {
+        Role.PSERVER: (spec.psmemory_bytes, spec.pscpu_milli),
+        Role.TRAINER: (spec.memory_bytes, spec.cpu_milli),
+    }
 
     def worker(role: Role, index: int, own_port: int) -> Worker:
         name = f"{role.value.lower()}-{index}"
-        held = tuple((devices or {}).get(name, ()))
+        held = tuple(host.devices.get(name, ()))
         # Every trainer is on this one machine: its local rank is its rank. A trainer
         # holding GPUs sees only its own, so there it is alone, as in a pod: programs that
         # pick `cuda:LOCAL_RANK` must get device 0, not another trainer's index.
@@ -324,41 +340,61 @@ def build_plan(
             contract,
             role=role.value,
             index=str(index),
-            host=host,
+            host=host.host,
             port=own_port,
             local_rank="0" if alone else str(index),
-            local_world_size=1 if alone else trainers,
+            local_world_size=1 if alone else spec.trainers,
             devices=held,
         )
-        memory, cpu = (resources or {}).get(role.value, (None, None))
+        memory, cpu = resources[role]
         return Worker(
             name=name,
             role=role,
             index=index,
             argv=("/bin/sh", "-c", commands[role]),
-            cwd=package_dir,
+            cwd=host.paths.package,
             env=worker_env,
-            host=host,
+            host=host.host,
             port=own_port if role is Role.PSERVER else None,
             memory_bytes=memory,
             cpu_milli=cpu,
             devices=held,
         )
 
-    workers = [worker(Role.PSERVER, i, port) for i, port in enumerate(ports)]
-    workers += [worker(Role.TRAINER, i, port) for i, port in enumerate(trainer_ports)]
+    workers = [worker(Role.PSERVER, i, port) for i, port in enumerate(ports.pservers)]
+    workers += [worker(Role.TRAINER, i, port) for i, port in enumerate(ports.trainers)]
     return Plan(
-        job_name=job_name,
+        job_name=spec.name,
         workers=tuple(workers),
-        max_restarts=max_restarts,
-        grace_seconds=grace_seconds,
-        port_timeout_seconds=port_timeout_seconds,
-        restart_delay_seconds=restart_delay_seconds,
-        sandbox=sandbox,
-        cgroups=cgroups,
-        python=python,
-        notify=notify,
-        log_max_bytes=log_max_bytes,
-        scratch_max_bytes=scratch_max_bytes,
-        network=network,
+        max_restarts=spec.max_restarts,
+        grace_seconds=host.grace_seconds,
+        port_timeout_seconds=host.port_timeout_seconds,
+        restart_delay_seconds=host.restart_delay_seconds,
+        sandbox=host.sandbox,
+        cgroups=host.cgroups,
+        python=host.python,
+        notify=host.notify,
+        log_max_bytes=host.log_max_bytes,
+        scratch_max_bytes=host.scratch_max_bytes,
+        network=host.network,
     )
+
+
+def _check(spec: JobSpec, ports: Ports) -> None:
+    """ValueError if the spec and the ports do not make one job. The spec was validated at
+    submit; this guards the plan itself, whoever builds it."""
+    if spec.trainers < 1:
+        raise ValueError(f"trainers must be at least 1, not {spec.trainers}")
+    if spec.pservers < 0:
+        raise ValueError(f"pservers must not be negative, not {spec.pservers}")
+    if len(ports.pservers) != spec.pservers:
+        raise ValueError(
+            f"need one port per parameter server: {spec.pservers} pservers, {len(ports.pservers)} ports"
+        )
+    if len(ports.trainers) != spec.trainers:
+        raise ValueError(f"need one port per trainer: {spec.trainers} trainers, {len(ports.trainers)} ports")
+    clashes = sorted(RESERVED_ENV & spec.env.keys())
+    if clashes:
+        raise ValueError(f"env may not set variables of the runtime contract: {', '.join(clashes)}")
+    if spec.max_restarts < 0:
+        raise ValueError(f"max_restarts must not be negative, not {spec.max_restarts}")

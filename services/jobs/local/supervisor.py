@@ -42,6 +42,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -299,40 +300,57 @@ class JobSupervisor:
         tasks: dict[asyncio.Task[str | None], Worker] = {}
         stopped_as = WorkerState.KILLED
         try:
-            for worker in self._plan.pservers:
-                tasks[asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")] = worker
-            if tasks:
-                self._set_reason("waiting for parameter servers to accept connections")
-                ready = asyncio.create_task(self._pservers_ready(), name="local-pservers-ready")
-                try:
-                    await asyncio.wait({ready, *tasks}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    ready.cancel()
-                for task in tasks:
-                    if task.done():
-                        return JobState.FAILED, task.result() or f"{tasks[task].name} stopped"
-                self._event("Normal", "PserversReady", "every parameter server accepts connections")
-            trainers = set()
-            for worker in self._plan.trainers:
-                task = asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")
-                tasks[task] = worker
-                trainers.add(task)
-            self._trainers_started = True
-            self._set_reason("trainers running")
-            while trainers:
-                done, _ = await asyncio.wait(
-                    [t for t in tasks if not t.done()], return_when=asyncio.FIRST_COMPLETED
-                )
-                for task in done:
-                    failure = task.result()
-                    if task not in trainers or failure is not None:
-                        return JobState.FAILED, failure or f"{tasks[task].name} stopped"
-                    trainers.discard(task)
+            failure = await self._start_pservers(tasks)
+            if failure is None:
+                failure = await self._run_trainers(tasks)
+            if failure is not None:
+                return JobState.FAILED, failure
             stopped_as = WorkerState.STOPPED
             return JobState.SUCCEEDED, "every trainer exited 0"
         finally:
             self._stopped_as = stopped_as
             await self._stop_all(tasks)
+
+    async def _start_pservers(self, tasks: dict[asyncio.Task[str | None], Worker]) -> str | None:
+        """Start every parameter server (its task into `tasks`) and wait until each accepts
+        connections: None then, else why the job fails (a server stopped first)."""
+        for worker in self._plan.pservers:
+            tasks[asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")] = worker
+        if not tasks:
+            return None
+        self._set_reason("waiting for parameter servers to accept connections")
+        ready = asyncio.create_task(self._pservers_ready(), name="local-pservers-ready")
+        try:
+            await asyncio.wait({ready, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        for task in tasks:
+            if task.done():
+                return task.result() or f"{tasks[task].name} stopped"
+        self._event("Normal", "PserversReady", "every parameter server accepts connections")
+        return None
+
+    async def _run_trainers(self, tasks: dict[asyncio.Task[str | None], Worker]) -> str | None:
+        """Start every trainer (its task into `tasks`, beside the servers') and wait: None
+        once each has exited 0, else why the job fails (a trainer failed for good, or a
+        server stopped)."""
+        trainers = set()
+        for worker in self._plan.trainers:
+            task = asyncio.create_task(self._supervise(worker), name=f"local-{worker.name}")
+            tasks[task] = worker
+            trainers.add(task)
+        self._trainers_started = True
+        self._set_reason("trainers running")
+        while trainers:
+            done, _ = await asyncio.wait(
+                [t for t in tasks if not t.done()], return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                failure = task.result()
+                if task not in trainers or failure is not None:
+                    return failure or f"{tasks[task].name} stopped"
+                trainers.discard(task)
+        return None
 
     async def _watch_disk(self) -> str:
         """Why the job must stop, once what it added to its package and working directories
@@ -828,6 +846,10 @@ def read_plan(job_dir: Path) -> Plan:
     return Plan.from_dict(json.loads((job_dir / "plan.json").read_text(encoding="utf-8")))
 
 
+class _Refused(Exception):
+    """The job cannot start at all; the message says why, and is recorded as its end."""
+
+
 def run_job_dir(job_dir: Path, ready: _Ready | None = None, base: str | Path | None = None) -> int:
     """Run the job in `job_dir` (absolute), with what the zygote made `ready` for it; main's
     exit status. `base`: the directory this process was born in (the zygote's copies)."""
@@ -839,41 +861,18 @@ def run_job_dir(job_dir: Path, ready: _Ready | None = None, base: str | Path | N
         print(f"paddlecloud supervisor: {job_dir} is, or was, run by another supervisor", file=sys.stderr)
         return 3
     _detach_output(job_dir)
-    if ready is not None:
-        plan = ready.plan
-    else:
-        try:
-            plan = read_plan(job_dir)
-        except KeyError as exc:
-            return _refuse(job_dir, f"plan.json lacks the field {exc}")
-        except (OSError, ValueError, TypeError) as exc:
-            return _refuse(job_dir, f"cannot read plan.json: {exc}")
-    if plan.sandbox is not None:
-        try:
-            sandbox.detect("required", "jobs")
-        except sandbox.SandboxUnavailable as exc:
-            if ready is not None:
-                ready.remove()
-            return _refuse(job_dir, str(exc))
-    # The job's own network namespace, entered before any worker (or the event loop's
-    # threads) exists: every worker inherits it, and the supervisor's own probe of the
-    # parameter servers' ports looks at the loopback the workers share.
-    pasta, warnings = None, []
-    if plan.network is not None:
-        try:
-            host = netns.isolate()
-        except (netns.NetworkUnavailable, OSError) as exc:
-            if ready is not None:
-                ready.remove()
-            return _refuse(job_dir, f"cannot make the job's network: {exc}")
-        try:
-            if plan.network == "outbound":
-                pasta = netns.outbound(host)
-        except (netns.NetworkUnavailable, OSError) as exc:
-            # The job runs, isolated, without outbound traffic: never on the host's network.
-            warnings.append(("NoOutboundNetwork", f"the job has no outbound network: {exc}"))
-        finally:
-            os.close(host)
+    try:
+        plan = ready.plan if ready is not None else _read_plan_or_refuse(job_dir)
+        if plan.sandbox is not None:
+            try:
+                sandbox.detect("required", "jobs")
+            except sandbox.SandboxUnavailable as exc:
+                raise _Refused(str(exc)) from None
+        pasta, warnings = _enter_network(plan)
+    except _Refused as exc:
+        if ready is not None:
+            ready.remove()
+        return _refuse(job_dir, str(exc))
     first_groups = ready.groups if ready is not None else None
     try:
         state = asyncio.run(JobSupervisor(job_dir, plan, first_groups, warnings).run())
@@ -881,6 +880,37 @@ def run_job_dir(job_dir: Path, ready: _Ready | None = None, base: str | Path | N
         netns.stop(pasta)
     print(f"paddlecloud supervisor: job {plan.job_name} {state.value}", file=sys.stderr)
     return 0 if state is JobState.SUCCEEDED else 1
+
+
+def _read_plan_or_refuse(job_dir: Path) -> Plan:
+    """The job's plan.json; _Refused, saying what is wrong with it, if it cannot be read."""
+    try:
+        return read_plan(job_dir)
+    except KeyError as exc:
+        raise _Refused(f"plan.json lacks the field {exc}") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _Refused(f"cannot read plan.json: {exc}") from None
+
+
+def _enter_network(plan: Plan) -> tuple[subprocess.Popen[bytes] | None, list[tuple[str, str]]]:
+    """Enter the job's own network namespace, before any worker (or the event loop's
+    threads) exists: every worker inherits it, and the supervisor's own probe of the
+    parameter servers' ports looks at the loopback the workers share. Returns pasta's
+    process where the job has outbound traffic, and the warnings to record; _Refused if
+    the namespace cannot be made. Nothing for a job on the host's network."""
+    if plan.network is None:
+        return None, []
+    try:
+        host = netns.isolate()
+    except (netns.NetworkUnavailable, OSError) as exc:
+        raise _Refused(f"cannot make the job's network: {exc}") from None
+    try:
+        return (netns.outbound(host) if plan.network == "outbound" else None), []
+    except (netns.NetworkUnavailable, OSError) as exc:
+        # The job runs, isolated, without outbound traffic: never on the host's network.
+        return None, [("NoOutboundNetwork", f"the job has no outbound network: {exc}")]
+    finally:
+        os.close(host)
 
 
 def zygote(warm: Path | None = None) -> int:

@@ -1,0 +1,113 @@
+"""Reading a local job's worker logs merged in the order their lines came, with resumable cursors.
+
+The supervisor copies every worker's output into `logs/<worker>.log` and stamps the
+order it wrote them in (caplog.py's order files); `LogMerge` reads what each log has
+after its offset, a pass at a time, and hands the lines back sorted by those stamps, so
+a finished job's logs interleave as a live follow did. A cursor is every worker's offset
+(`l1.<o1>.<o2>...`), so a follower that reconnects gets exactly the lines after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
+
+from ..backend import LogLine, LogQuery
+from .caplog import LogTimes, read_dropped
+
+# One line read: (its stamp, the worker's index, the offset after it, its text). Sorted,
+# that is the order they came in.
+_Found = tuple[int, int, int, str]
+
+
+@dataclass
+class LogMerge:
+    """One reader of a job's worker logs (`names`, in the plan's order) under `logs`:
+    where it is in each (`offsets`), and which workers the query wants."""
+
+    logs: Path
+    names: Sequence[str]
+    offsets: list[int]
+    wanted: Sequence[int]
+    times: dict[int, LogTimes]
+
+    @classmethod
+    def start(cls, logs: Path, names: Sequence[str], query: LogQuery) -> LogMerge:
+        """A reader at the query's cursor, or its tail, or the start; BadCursor for a cursor
+        that is not one of this job's."""
+        offsets = _decode_cursor(query.cursor, names) if query.cursor else None
+        if offsets is None:
+            offsets = [0] * len(names)
+            if query.tail is not None:
+                offsets = [_tail(logs / f"{n}.log", query.tail) for n in names]
+        wanted = [
+            i
+            for i, name in enumerate(names)
+            if (not query.workers or name in query.workers)
+            and (not query.roles or name.split("-", 1)[0].upper() in query.roles)
+        ]
+        return cls(logs, names, offsets, wanted, {i: LogTimes() for i in wanted})
+
+    def read(self, final: bool) -> tuple[list[LogLine], bool]:
+        """One pass: the lines every wanted log has after its offset, merged, each with the
+        cursor after it; and whether more wait already (read again at once). `final`: no
+        more will be written, so a last line without its newline is read too."""
+        found: list[_Found] = []
+        more = False
+        # A worker with more than one batch waiting was read only up to some stamp: what
+        # others have after it waits for the next pass, so the merge never runs ahead.
+        upto: int | None = None
+        for i in self.wanted:
+            lines, partial, last = self._read_one(i, final)
+            found += lines
+            more = more or partial
+            if last is not None:
+                upto = last if upto is None else min(upto, last)
+        batch = []
+        for stamp, i, end, text in sorted(found):
+            if upto is not None and stamp > upto:
+                continue  # read again next pass, after the lines that came before it
+            self.offsets[i] = end
+            batch.append(LogLine(self.names[i], text, _encode_cursor(self.offsets)))
+        return batch, more
+
+    def _read_one(self, i: int, final: bool) -> tuple[list[_Found], bool, int | None]:
+        """What worker `i`'s log has after its offset; whether more waits there; and, when
+        it was read only in part, the stamp of its last line read."""
+        path = self.logs / f"{self.names[i]}.log"
+        start = self.offsets[i]
+        lines, truncated = read_lines(path, start, final)
+        # Read after the lines: the cap drops bytes only once it has said so here.
+        gone = read_dropped(path)
+        if gone.offset > start:
+            # What was read may be a dropped part's zeros: a marker stands for it, first.
+            return [(-1, i, gone.offset, gone.marker(start))], True, None
+        if not lines:
+            return [], False, None
+        stamps = self.times[i].refresh(path)
+        found = []
+        position = start
+        for text, size in lines:
+            found.append((stamps.at(position), i, position + size, text))
+            position += size
+        return found, truncated, found[-1][0] if truncated else None
+
+
+def _tail(path: Path, lines: int) -> int:
+    """Where a worker's log's last `lines` lines begin, among the bytes its cap kept."""
+    return tail_offset(path, lines, read_dropped(path).offset)
+
+
+def _encode_cursor(offsets: Sequence[int]) -> str:
+    return "l1." + ".".join(map(str, offsets))
+
+
+def _decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
+    version, _, rest = cursor.partition(".")
+    parts = rest.split(".") if rest else []
+    if version != "l1" or len(parts) != len(names) or not all(p.isdigit() and len(p) < 16 for p in parts):
+        raise BadCursor(f"{cursor[:60]!r} is not a log cursor of this job")
+    return [int(p) for p in parts]
