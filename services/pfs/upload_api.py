@@ -1,7 +1,9 @@
 """PFS's upload endpoints: tus 1.0 (TUS.md, docs/pfs.md) over the uploads of uploads.py.
 
 Each handler reads the tus headers into values, hands the body to the uploads as a
-byte source, and writes the tus headers of the answer; the uploads know no HTTP."""
+byte source, and writes the tus headers of the answer; the uploads know no HTTP. Their
+refusals (domain errors) become problems here, once (`_problem`), so that they too carry
+the tus headers."""
 
 from __future__ import annotations
 
@@ -11,15 +13,17 @@ import structlog
 from aiohttp import web
 
 from paddlecloud.common import errors
-from paddlecloud.common.errors import ProblemError
+from paddlecloud.common.errors import DomainError, ProblemError, problem_for_domain
 from paddlecloud.common.keys import IDENTITY, REQUEST_ID
 
 from . import tus
 from .errors import (
     BAD_HEADER,
-    READ_TIMEOUT,
-    UPLOAD_INTERRUPTED,
+    PROBLEMS,
     UPLOAD_TOO_LARGE,
+    BodyStalled,
+    OverMaxSize,
+    UploadInterrupted,
 )
 from .keys import UPLOADS
 from .staging import Record
@@ -107,13 +111,16 @@ async def create(request: web.Request) -> web.Response:
                 offset = received.offset
                 problem = received.problem
                 # A broken or stalled body still created the upload: say where it is.
-                if problem is not None and problem.kind not in (UPLOAD_INTERRUPTED, READ_TIMEOUT):
+                if problem is not None and not isinstance(problem, (UploadInterrupted, BodyStalled)):
                     raise problem
                 if length is not None and offset == length:
                     record = await uploads.finish(record, identity)
-    except ProblemError as exc:
-        exc.headers.update(Location=location)
-        raise
+    except (ProblemError, DomainError) as exc:
+        answer = _problem(uploads, exc)
+        answer.headers.update(Location=location)
+        if answer is exc:
+            raise
+        raise answer from exc
     headers.update(_state_headers(uploads, record, offset))
     headers["Location"] = location
     return web.Response(status=201, headers=headers)
@@ -132,7 +139,7 @@ async def head(request: web.Request, upload_id: str) -> web.Response:
             if size is None or size == record.length:
                 try:
                     record = await uploads.finish(record, identity)
-                except ProblemError:
+                except DomainError:
                     uploads.check_alive(record)  # the verdict, as this upload's state
                     raise
             else:
@@ -180,15 +187,28 @@ async def delete(request: web.Request, upload_id: str) -> web.Response:
     return web.Response(status=204, headers=_headers())
 
 
+def _problem(uploads: Uploads, exc: ProblemError | DomainError) -> ProblemError:
+    """A refusal as its problem (errors.PROBLEMS); one over Tus-Max-Size names that size."""
+    if isinstance(exc, ProblemError):
+        return exc
+    problem = problem_for_domain(exc, PROBLEMS)
+    if isinstance(exc, OverMaxSize):
+        problem.headers["Tus-Max-Size"] = str(uploads.max_size)
+    return problem
+
+
 async def _tus(request: web.Request, handler: Callable[[], Awaitable[web.Response]]) -> web.Response:
     """Every answer, refusals included, speaks tus; statuses tus adds get their reason phrase."""
     try:
         return await handler()
-    except ProblemError as exc:
+    except (ProblemError, DomainError) as caught:
+        exc = _problem(request.app[UPLOADS], caught)
         exc.headers.setdefault("Tus-Resumable", tus.VERSION)
         reason = tus.REASONS.get(exc.kind.status)
         if reason is None:
-            raise
+            if exc is caught:
+                raise
+            raise exc from caught
         response = errors.problem_response(exc.body(request.get(REQUEST_ID)), exc.headers)
         response.set_status(exc.kind.status, reason)
         return response
