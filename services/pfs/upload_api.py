@@ -21,15 +21,15 @@ from .errors import (
     BAD_HEADER,
     PROBLEMS,
     UPLOAD_TOO_LARGE,
-    BodyStalled,
     OverMaxSize,
-    UploadInterrupted,
 )
 from .keys import UPLOADS
 from .staging import Record
-from .uploads import PREFIX, ByteSource, Uploads
+from .uploads import ByteSource, Uploads
 
 log = structlog.get_logger()
+
+PREFIX = "/api/v1/pfs/uploads"
 
 
 def body_of(request: web.Request) -> ByteSource:
@@ -101,25 +101,10 @@ async def create(request: web.Request) -> web.Response:
     if length != 0 and not with_body:
         return web.Response(status=201, headers=headers)
     try:
-        async with uploads.hold(record.id) as slot:
-            if length == 0:
-                record = await uploads.finish(record, identity)
-                offset = 0
-            else:
-                room = length if length is not None else uploads.max_size
-                received = await uploads.receive(body_of(request), record, slot, 0, room, checksum)
-                offset = received.offset
-                problem = received.problem
-                # A broken or stalled body still created the upload: say where it is.
-                if problem is not None and not isinstance(problem, (UploadInterrupted, BodyStalled)):
-                    raise problem
-                if length is not None and offset == length:
-                    record = await uploads.finish(record, identity)
-    except (ProblemError, DomainError) as exc:
+        record, offset = await uploads.receive_first(record, identity, body_of(request), checksum)
+    except DomainError as exc:
         answer = _problem(uploads, exc)
         answer.headers.update(Location=location)
-        if answer is exc:
-            raise
         raise answer from exc
     headers.update(_state_headers(uploads, record, offset))
     headers["Location"] = location
@@ -129,21 +114,7 @@ async def create(request: web.Request) -> web.Response:
 async def head(request: web.Request, upload_id: str) -> web.Response:
     uploads = request.app[UPLOADS]
     identity = request[IDENTITY]
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id):
-        record = uploads.lookup(upload_id, identity)
-        uploads.check_alive(record)
-        offset = record.length or 0
-        if record.state == "active":
-            size = uploads.staging.part_size(record.id)
-            if size is None or size == record.length:
-                try:
-                    record = await uploads.finish(record, identity)
-                except DomainError:
-                    uploads.check_alive(record)  # the verdict, as this upload's state
-                    raise
-            else:
-                offset = size
+    record, offset = await uploads.status(upload_id, identity)
     headers = _state_headers(uploads, record, offset)
     headers["Cache-Control"] = "no-store"
     if record.length is None:
@@ -167,23 +138,16 @@ async def patch(request: web.Request, upload_id: str) -> web.Response:
         raise BAD_HEADER("PATCH needs Upload-Offset: the offset this body starts at.")
     checksum = tus.parse_checksum(request.headers)
     new_length = tus.parse_size(request.headers, "Upload-Length")
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id) as slot:
-        record = uploads.lookup(upload_id, identity)
-        uploads.check_alive(record)
-        record = await uploads.patch(
-            body_of(request), request.content_length, record, identity, slot, offset, checksum, new_length
-        )
-        current = record.length if record.state == "complete" else uploads.staging.part_size(record.id)
-    return web.Response(status=204, headers=_state_headers(uploads, record, current or 0))
+    record, current = await uploads.append(
+        upload_id, identity, body_of(request), request.content_length, offset, checksum, new_length
+    )
+    return web.Response(status=204, headers=_state_headers(uploads, record, current))
 
 
 async def delete(request: web.Request, upload_id: str) -> web.Response:
     uploads = request.app[UPLOADS]
     identity = request[IDENTITY]
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id):
-        await uploads.terminate(uploads.lookup(upload_id, identity))
+    await uploads.end(upload_id, identity)
     return web.Response(status=204, headers=_headers())
 
 

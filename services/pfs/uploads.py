@@ -68,11 +68,10 @@ from .usage import Usage
 
 log = structlog.get_logger()
 
-PREFIX = "/api/v1/pfs/uploads"
 GC_TASK = "pfs-uploads-gc"
 GC_INTERVAL = 600.0
 # How long a request waits for the one before it on the same upload (which was asked to
-# stop and only has to sync what it received) before it gives up with 423.
+# stop and only has to sync what it received) before it gives up (UploadLocked).
 LOCK_TIMEOUT = 30.0
 _ID = re.compile(r"^[A-Za-z0-9_-]{32}$")
 _SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -203,7 +202,7 @@ class Received:
     """What one PATCH body did: the durable offset after it, and why it stopped early, if it did."""
 
     offset: int
-    problem: DomainError | None = None
+    refusal: DomainError | None = None
 
 
 class _Syncer:
@@ -283,7 +282,7 @@ class Uploads:
     # lookup and locking ----------------------------------------------------------
 
     def lookup(self, upload_id: str, identity: Identity) -> Record:
-        """The caller's own upload; everyone else's, like an unknown one, is 404."""
+        """The caller's own upload; everyone else's, like an unknown one, is not found."""
         record = self._records.get(upload_id) if _ID.match(upload_id) else None
         if record is None or record.owner != identity.user:
             raise UploadNotFound(f"There is no upload {upload_id[:40]!r} of yours here.")
@@ -298,7 +297,7 @@ class Uploads:
         return max(record.expires, last_write + self.expiry_seconds)
 
     def check_alive(self, record: Record) -> None:
-        """Refuse (410) an upload that expired or failed; a client has to start over."""
+        """Refuse an upload that expired or failed (UploadExpired, UploadFailed): start over."""
         if record.state == "expired" or (record.state == "active" and self.expiry(record) <= self.clock()):
             raise UploadExpired(f"Upload {record.id} expired; start a new one.")
         if record.state == "failed":
@@ -405,6 +404,26 @@ class Uploads:
                 f"{dest}: already exists; upload with metadata 'overwrite 1' (base64 'MQ==') to replace it."
             )
 
+    async def receive_first(
+        self, record: Record, identity: Identity, body: ByteSource, checksum: tus.Checksum | None
+    ) -> tuple[Record, int]:
+        """creation-with-upload: the body sent with the creation of `record` (an empty upload
+        is simply finished); the upload and its offset after it.
+
+        A broken or stalled body still created the upload, and the answer says where it is;
+        any other refusal is raised."""
+        async with self.hold(record.id) as slot:
+            if record.length == 0:
+                return await self.finish(record, identity), 0
+            room = record.length if record.length is not None else self.max_size
+            received = await self.receive(body, record, slot, 0, room, checksum)
+            refusal = received.refusal
+            if refusal is not None and not isinstance(refusal, (UploadInterrupted, BodyStalled)):
+                raise refusal
+            if record.length is not None and received.offset == record.length:
+                record = await self.finish(record, identity)
+            return record, received.offset
+
     async def _check_quota(self, user: str, requested: int, *, exclude: str | None) -> None:
         account = await self.store.get_user(user)
         limit = account.quota.storage_bytes if account is not None else None
@@ -434,9 +453,50 @@ class Uploads:
                 total += staged or 0
         return total
 
+    # HEAD ------------------------------------------------------------------------
+
+    async def status(self, upload_id: str, identity: Identity) -> tuple[Record, int]:
+        """The caller's upload and its offset; one whose last byte is in but that was not
+        finished (a crash, a full disk at the last step) is finished first."""
+        self.lookup(upload_id, identity)  # an unknown id takes no lock
+        async with self.hold(upload_id):
+            record = self.lookup(upload_id, identity)
+            self.check_alive(record)
+            offset = record.length or 0
+            if record.state == "active":
+                size = self.staging.part_size(record.id)
+                if size is None or size == record.length:
+                    try:
+                        record = await self.finish(record, identity)
+                    except DomainError:
+                        self.check_alive(record)  # the verdict, as this upload's state
+                        raise
+                else:
+                    offset = size
+        return record, offset
+
     # PATCH -----------------------------------------------------------------------
 
-    async def patch(
+    async def append(
+        self,
+        upload_id: str,
+        identity: Identity,
+        body: ByteSource,
+        length: int | None,
+        offset: int,
+        checksum: tus.Checksum | None,
+        new_length: int | None,
+    ) -> tuple[Record, int]:
+        """One PATCH of the caller's upload (`_patch`); the upload and its offset after it."""
+        self.lookup(upload_id, identity)  # an unknown id takes no lock
+        async with self.hold(upload_id) as slot:
+            record = self.lookup(upload_id, identity)
+            self.check_alive(record)
+            record = await self._patch(body, length, record, identity, slot, offset, checksum, new_length)
+            current = record.length if record.state == "complete" else self.staging.part_size(record.id)
+        return record, current or 0
+
+    async def _patch(
         self,
         body: ByteSource,
         length: int | None,
@@ -486,8 +546,8 @@ class Uploads:
                 f"({room} bytes left); nothing was written."
             )
         received = await self.receive(body, record, slot, current, room, checksum)
-        if received.problem is not None:
-            raise received.problem
+        if received.refusal is not None:
+            raise received.refusal
         if record.length is not None and received.offset == record.length:
             record = await self.finish(record, identity)
         return record
@@ -521,7 +581,7 @@ class Uploads:
 
         A disconnect, a stalled body or a newer request on the upload stops the read:
         what arrived is kept (unless it was a checksummed chunk, which cannot be verified
-        any more) and synced, and the problem says why.
+        any more) and synced, and the refusal says why.
         """
         fd = self.staging.open_part(record.id)
         try:
@@ -535,7 +595,7 @@ class Uploads:
                 writer.fd if writer.in_place else None,
                 start,
             )
-            problem: DomainError | None = None
+            refusal: DomainError | None = None
             cancelled: asyncio.CancelledError | None = None
             loop = asyncio.get_running_loop()
             stopped = False
@@ -556,31 +616,31 @@ class Uploads:
                         slot.on_stop = None
             except TimeoutError:
                 if stopped:
-                    problem = UploadInterrupted(
+                    refusal = UploadInterrupted(
                         f"A newer request on upload {record.id} took over; what arrived was kept."
                     )
                 else:
-                    problem = BodyStalled(
+                    refusal = BodyStalled(
                         f"The body stalled for {self.read_timeout:g} s; what arrived was kept. "
                         "HEAD, then resume."
                     )
             except ConnectionError:
-                problem = UploadInterrupted("The connection broke mid-body; what arrived was kept.")
+                refusal = UploadInterrupted("The connection broke mid-body; what arrived was kept.")
             except asyncio.CancelledError as exc:
                 # The handler itself is cancelled: a server that cancels handlers of gone
                 # clients, or shutdown. Keep and sync what arrived all the same, then go on.
                 cancelled = exc
-                problem = UploadInterrupted("The request was cancelled; what arrived was kept.")
+                refusal = UploadInterrupted("The request was cancelled; what arrived was kept.")
             except OSError as exc:
                 if exc.errno not in _FULL:
                     raise
-                problem = StorageFull(
+                refusal = StorageFull(
                     "The filesystem is full. What was written before is kept: HEAD the upload and "
                     "resume once there is room."
                 )
             synced = time.perf_counter()
-            problem, whole = await self._settle(
-                fd, writer, syncer, hashing, checksum, chunk, start, problem, whole, saved
+            refusal, whole = await self._settle(
+                fd, writer, syncer, hashing, checksum, chunk, start, refusal, whole, saved
             )
             offset = os.fstat(fd).st_size
             sync_ms = round((time.perf_counter() - synced) * 1000, 1)
@@ -596,11 +656,11 @@ class Uploads:
             start=start,
             offset=offset,
             sync_ms=sync_ms,
-            stopped=None if problem is None else code_of(problem),
+            stopped=None if refusal is None else code_of(refusal),
         )
         if cancelled is not None:
             raise cancelled
-        return Received(offset, problem)
+        return Received(offset, refusal)
 
     async def _settle(
         self,
@@ -611,17 +671,17 @@ class Uploads:
         checksum: tus.Checksum | None,
         chunk: Any,
         start: int,
-        problem: DomainError | None,
+        refusal: DomainError | None,
         whole: Any,
         saved: Any,
     ) -> tuple[DomainError | None, Any]:
         """Settle and verify what a body left: sync it, check the chunk's checksum, keep or
-        take back the chunk. The problem to answer (the body's own, or a mismatch or full
+        take back the chunk. The refusal to answer (the body's own, or a mismatch or full
         disk found here) and the upload's running hash after it (None when unknown)."""
         try:
             await syncer.settle()
             # An interrupted checksummed chunk cannot be verified: it is discarded below.
-            keep = checksum is None or problem is None
+            keep = checksum is None or refusal is None
             in_sync = keep and writer.in_place and writer.written > 0
             if in_sync:
                 # The chunk goes to disk while its last batch is hashed: the 204 waits for
@@ -631,13 +691,13 @@ class Uploads:
                 await hashing.finish()
             discarded = False
             if checksum is not None:
-                if problem is None and chunk is not None and chunk.digest() != checksum.digest:
-                    problem = ChecksumMismatch(
+                if refusal is None and chunk is not None and chunk.digest() != checksum.digest:
+                    refusal = ChecksumMismatch(
                         f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
                         f"discarded and the upload stays at offset {start}.",
                         offset=start,
                     )
-                if problem is not None:
+                if refusal is not None:
                     writer.discard()
                     whole = saved
                     discarded = True  # the truncation must be as durable as the bytes were
@@ -653,8 +713,8 @@ class Uploads:
             whole = None
             if exc.errno not in _FULL:
                 raise
-            problem = StorageFull("The filesystem is full; the chunk was not stored.")
-        return problem, whole
+            refusal = StorageFull("The filesystem is full; the chunk was not stored.")
+        return refusal, whole
 
     async def _pump(
         self,
@@ -718,14 +778,14 @@ class Uploads:
         else:
             digest = await _blocking(self.staging.hash_part, record.id)
         if record.sha256 is not None and digest != record.sha256:
-            problem = ChecksumMismatch(
+            refusal = ChecksumMismatch(
                 f"The file's sha256 is {digest}, not the {record.sha256} the upload declared; "
                 "it was discarded.",
                 expected=record.sha256,
                 received=digest,
             )
-            await self._fail(record, problem)
-            raise problem
+            await self._fail(record, refusal)
+            raise refusal
         try:
             dest = PfsPath.parse(record.path, self.datacenter)
             check_access(dest, identity, write=True)
@@ -823,9 +883,9 @@ class Uploads:
 
         digest = await _blocking(placed_sha256)
         if digest is None:
-            problem = UploadFailed(f"Upload {record.id}'s data is gone; start again.")
-            await self._fail(record, problem)
-            raise problem
+            refusal = UploadFailed(f"Upload {record.id}'s data is gone; start again.")
+            await self._fail(record, refusal)
+            raise refusal
         return await self._mark_complete(record, digest)
 
     async def _mark_complete(self, record: Record, digest: str) -> Record:
@@ -841,16 +901,22 @@ class Uploads:
         log.info("upload_completed", upload=record.id, dest=record.path, size=record.length)
         return record
 
-    async def _fail(self, record: Record, problem: DomainError) -> None:
+    async def _fail(self, record: Record, refusal: DomainError) -> None:
         record.state = "failed"
-        record.error = {"code": code_of(problem), "detail": problem.message}
+        record.error = {"code": code_of(refusal), "detail": refusal.message}
         record.expires = self.clock() + self.expiry_seconds
         self._hashers.pop(record.id, None)
         await _blocking(self.staging.write_record, record)
         await _blocking(self.staging.remove, record.id, record=False)
-        log.info("upload_failed", upload=record.id, code=code_of(problem))
+        log.info("upload_failed", upload=record.id, code=code_of(refusal))
 
     # termination and expiry ------------------------------------------------------
+
+    async def end(self, upload_id: str, identity: Identity) -> None:
+        """DELETE (termination): the caller's upload is forgotten, its staging data removed."""
+        self.lookup(upload_id, identity)  # an unknown id takes no lock
+        async with self.hold(upload_id):
+            await self.terminate(self.lookup(upload_id, identity))
 
     async def terminate(self, record: Record) -> None:
         """Forget the upload and its staging data (a finished file stays where it is)."""
@@ -871,7 +937,7 @@ class Uploads:
     async def collect(self, now: float | None = None) -> int:
         """Expire abandoned uploads and forget old records; returns how many were touched.
 
-        An expired upload's data goes at once, while its record stays (so it answers 410)
+        An expired upload's data goes at once, while its record stays (so it answers UploadExpired)
         for another expiry period. Uploads in use by a request are left for the next round.
         """
         now = self.clock() if now is None else now
