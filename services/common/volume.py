@@ -6,6 +6,11 @@ Parsing refuses every spelling of traversal before the filesystem is touched; op
 then resolves beneath the area's directory with the kernel's help (`openat2` with
 RESOLVE_BENEATH, or a per-component O_NOFOLLOW walk where that is missing), so a
 symlink a user's job planted cannot lead out of their home either.
+
+Refusals are domain errors (`BadPath`, `PathForbidden`, `PathNotFound`), which pfs's domain
+raises as they are (`PfsPath.parse`, `check_access`, `Volume`). Jobs and the builder, which
+show or quote them as problems, use the problem face: `parse_path`, `authorize`,
+`resolve_for` and `Root` raise the problems `PATH_PROBLEMS` names.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar, overload
 from urllib.parse import unquote
 
 from . import beneath, errors, trees
@@ -42,6 +47,42 @@ _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u20
 BAD_PATH = errors.ErrorKind("ERR_BAD_PATH", 400, "Bad PFS path")
 PATH_FORBIDDEN = errors.ErrorKind("ERR_PATH_FORBIDDEN", 403, "Not allowed on this path")
 PATH_NOT_FOUND = errors.ErrorKind("ERR_PATH_NOT_FOUND", 404, "No such file or directory")
+
+
+class BadPath(errors.Invalid):
+    """A PFS path, or a name in one, that the grammar refuses."""
+
+
+class PathForbidden(errors.Forbidden):
+    """A path the caller may not use this way, or one that leads outside its area."""
+
+
+class PathNotFound(errors.NotFound):
+    """A path that names nothing here: another datacenter, no such area, home or file."""
+
+
+# How the grammar's refusals are shown: pfs's table holds these, and so does the problem
+# face below, for the services that show or quote them as problems (jobs, the builder).
+PATH_PROBLEMS: errors.ProblemTable = {
+    BadPath: BAD_PATH,
+    PathForbidden: PATH_FORBIDDEN,
+    PathNotFound: PATH_NOT_FOUND,
+}
+
+
+def as_problem(refusal: errors.DomainError) -> errors.ProblemError:
+    """A refusal of the grammar or the volume as the problem `PATH_PROBLEMS` names."""
+    return errors.problem_for_domain(refusal, PATH_PROBLEMS)
+
+
+@contextmanager
+def path_problems() -> Iterator[None]:
+    """The grammar's refusals inside the block raised as problems (`as_problem`)."""
+    try:
+        yield
+    except (BadPath, PathForbidden, PathNotFound) as exc:
+        raise as_problem(exc) from None
+
 
 Area = Literal["home", "public"]
 
@@ -85,22 +126,55 @@ class PfsPath:
     def __str__(self) -> str:
         return self.text
 
+    @classmethod
+    def parse(cls, text: str, datacenter: str) -> PfsPath:
+        """Parse an absolute PFS path; BadPath for a malformed one, PathNotFound for an unknown
+        datacenter or area, PathForbidden for what names no area.
+
+        Names are taken in Unicode's composed form (NFC), whichever form the client sent: `é`
+        typed on one machine and `e` + a combining accent sent by another (macOS's file names)
+        are one file, as a user reading them expects, not two look-alikes."""
+        if not isinstance(text, str) or not text:
+            raise BadPath("a PFS path is required, such as /pfs/<datacenter>/home/<user>/file")
+        text = unicodedata.normalize("NFC", text)  # a lone surrogate stays, and is refused below
+        shown = text if len(text) <= 200 else text[:200] + "…"
+        if len(text.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
+            raise BadPath(f"{shown}: a path may be at most {MAX_PATH_BYTES} bytes")
+        if not text.startswith("/pfs/"):
+            raise BadPath(f"{shown}: PFS paths are absolute and start with /pfs/<datacenter>/")
+        # A trailing slash is harmless (`ls /pfs/dc/home/alice/`); empty middle components are not.
+        parts = text[len("/pfs/") :].removesuffix("/").split("/")
+        for part in parts:
+            check_name(part, shown)
+        dc, rest = parts[0], parts[1:]
+        if dc != datacenter:
+            raise PathNotFound(f"{shown}: there is no datacenter {dc!r} here (this is {datacenter!r})")
+        if not rest:
+            raise PathForbidden(f"{shown}: use /pfs/{dc}/home/<user> or /pfs/{dc}/public")
+        if rest[0] == "public":
+            return cls(dc, "public", None, tuple(rest[1:]))
+        if rest[0] == "home":
+            if len(rest) < 2:
+                raise PathForbidden(f"{shown}: name a home, /pfs/{dc}/home/<user>")
+            return cls(dc, "home", rest[1], tuple(rest[2:]))
+        raise PathNotFound(f"{shown}: only /pfs/{dc}/home/<user> and /pfs/{dc}/public exist")
+
 
 def check_name(name: str, where: str) -> None:
-    """Refuse a path component that is empty, special, too long or a traversal in disguise."""
+    """Refuse (BadPath) a path component that is empty, special, too long or a traversal in disguise."""
     if name in ("", ".", ".."):
-        raise BAD_PATH(f"{where}: empty, '.' and '..' components are not allowed")
+        raise BadPath(f"{where}: empty, '.' and '..' components are not allowed")
     if _FORBIDDEN_CHARS.search(name):
-        raise BAD_PATH(f"{where}: control characters and backslashes are not allowed in names")
+        raise BadPath(f"{where}: control characters and backslashes are not allowed in names")
     if _SEPARATOR_LOOKALIKES.intersection(name):
-        raise BAD_PATH(f"{where}: {name!r} contains a character that looks like a path separator")
+        raise BadPath(f"{where}: {name!r} contains a character that looks like a path separator")
     if _BIDI_CONTROLS.intersection(name):
-        raise BAD_PATH(f"{where}: {name!r} contains a bidirectional control character (such as U+202E)")
+        raise BadPath(f"{where}: {name!r} contains a bidirectional control character (such as U+202E)")
     if "\ufffd" in name or not _encodes(name):
         # A lone surrogate (JSON may spell one as "\udc80") is no UTF-8 name either.
-        raise BAD_PATH(f"{where}: the path is not valid UTF-8")
+        raise BadPath(f"{where}: the path is not valid UTF-8")
     if len(name.encode()) > MAX_NAME_BYTES:
-        raise BAD_PATH(f"{where}: a name may be at most {MAX_NAME_BYTES} bytes")
+        raise BadPath(f"{where}: a name may be at most {MAX_NAME_BYTES} bytes")
     # Encoded or look-alike traversal: whatever another layer might decode this name to
     # (percent-decoding, once or twice; Unicode compatibility forms such as fullwidth
     # dots or a division slash) must still be a plain name.
@@ -108,7 +182,7 @@ def check_name(name: str, where: str) -> None:
     candidates |= {unicodedata.normalize("NFKC", c) for c in list(candidates)}
     for candidate in candidates:
         if candidate in (".", "..") or any(ch in candidate for ch in _DANGEROUS_NFKC):
-            raise BAD_PATH(f"{where}: {name!r} spells a path separator or traversal in disguise")
+            raise BadPath(f"{where}: {name!r} spells a path separator or traversal in disguise")
 
 
 def _encodes(name: str) -> bool:
@@ -120,50 +194,31 @@ def _encodes(name: str) -> bool:
 
 
 def parse_path(text: str, datacenter: str) -> PfsPath:
-    """Parse an absolute PFS path; 400 for a malformed one, 404 for an unknown datacenter.
-
-    Names are taken in Unicode's composed form (NFC), whichever form the client sent: `é`
-    typed on one machine and `e` + a combining accent sent by another (macOS's file names)
-    are one file, as a user reading them expects, not two look-alikes."""
-    if not isinstance(text, str) or not text:
-        raise BAD_PATH("a PFS path is required, such as /pfs/<datacenter>/home/<user>/file")
-    text = unicodedata.normalize("NFC", text)  # a lone surrogate stays, and is refused below
-    shown = text if len(text) <= 200 else text[:200] + "…"
-    if len(text.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
-        raise BAD_PATH(f"{shown}: a path may be at most {MAX_PATH_BYTES} bytes")
-    if not text.startswith("/pfs/"):
-        raise BAD_PATH(f"{shown}: PFS paths are absolute and start with /pfs/<datacenter>/")
-    # A trailing slash is harmless (`ls /pfs/dc/home/alice/`); empty middle components are not.
-    parts = text[len("/pfs/") :].removesuffix("/").split("/")
-    for part in parts:
-        check_name(part, shown)
-    dc, rest = parts[0], parts[1:]
-    if dc != datacenter:
-        raise PATH_NOT_FOUND(f"{shown}: there is no datacenter {dc!r} here (this is {datacenter!r})")
-    if not rest:
-        raise PATH_FORBIDDEN(f"{shown}: use /pfs/{dc}/home/<user> or /pfs/{dc}/public")
-    if rest[0] == "public":
-        return PfsPath(dc, "public", None, tuple(rest[1:]))
-    if rest[0] == "home":
-        if len(rest) < 2:
-            raise PATH_FORBIDDEN(f"{shown}: name a home, /pfs/{dc}/home/<user>")
-        return PfsPath(dc, "home", rest[1], tuple(rest[2:]))
-    raise PATH_NOT_FOUND(f"{shown}: only /pfs/{dc}/home/<user> and /pfs/{dc}/public exist")
+    """`PfsPath.parse`, its refusal a problem: 400 for a malformed path, 404 for an unknown
+    datacenter (for the services that show or quote it as one: jobs, the builder)."""
+    with path_problems():
+        return PfsPath.parse(text, datacenter)
 
 
-def authorize(path: PfsPath, identity: Identity, *, write: bool) -> None:
-    """Owners read and write their home; everyone reads public; admins do anything."""
+def check_access(path: PfsPath, identity: Identity, *, write: bool) -> None:
+    """Owners read and write their home; everyone reads public; admins do anything (else PathForbidden)."""
     if identity.admin:
         return
     if path.area == "public":
         if write:
-            raise PATH_FORBIDDEN(f"{path}: /pfs/{path.datacenter}/public is read-only for users")
+            raise PathForbidden(f"{path}: /pfs/{path.datacenter}/public is read-only for users")
         return
     if path.owner != identity.user:
         # Say as little as possible about other users' homes.
-        raise PATH_FORBIDDEN(
+        raise PathForbidden(
             f"{path}: you may only use your own home, /pfs/{path.datacenter}/home/{identity.user}"
         )
+
+
+def authorize(path: PfsPath, identity: Identity, *, write: bool) -> None:
+    """`check_access`, its refusal a problem (403)."""
+    with path_problems():
+        check_access(path, identity, write=write)
 
 
 def resolve_for(identity: Identity, text: str, datacenter: str, *, write: bool) -> PfsPath:
@@ -179,11 +234,6 @@ def resolve_for(identity: Identity, text: str, datacenter: str, *, write: bool) 
 # openat2(2) and the O_NOFOLLOW walk live in beneath.py, shared with the builder and jobs.
 
 
-def open_volume(config: Config) -> Root:
-    """The datacenter's root as `pfs.root` names it: the one way every service builds it."""
-    return Root(config.pfs.root.expanduser().resolve())
-
-
 class Root:
     """A datacenter's root directory: `home/<user>/`, `public/`, and `.uploads/` for staging."""
 
@@ -193,12 +243,24 @@ class Root:
         for sub in ("home", "public", ".uploads"):
             (root / sub).mkdir(parents=True, exist_ok=True)
 
+    def _refused(self, refusal: errors.DomainError) -> Exception:
+        """How this root raises a refusal (a missing home, an area's root changed, a bad home
+        name): as the problem it is shown as, which jobs and the builder show or quote as it
+        is. pfs's `Volume` raises the domain error itself."""
+        return as_problem(refusal)
+
+    def _check_home(self, user: str) -> None:
+        try:
+            check_name(user, f"home {user!r}")
+        except BadPath as exc:
+            raise self._refused(exc) from None
+
     def area_dir(self, path: PfsPath) -> Path:
         return self.root / "public" if path.area == "public" else self.root / "home" / str(path.owner)
 
     def ensure_home(self, user: str) -> None:
         """Create a user's home on first use (their own writes, or an admin's)."""
-        check_name(user, f"home {user!r}")
+        self._check_home(user)
         home = self.root / "home" / user
         if not home.is_dir():
             home.mkdir(mode=0o755, exist_ok=True)
@@ -227,7 +289,7 @@ class Root:
         """Take a deleted user's home out of `home/`: renamed into `archive/<user>.<stamp>`
         (one rename on the same filesystem), or removed. Where it went, or None if there
         was no home or it was removed."""
-        check_name(user, f"home {user!r}")
+        self._check_home(user)
         home = self.root / "home" / user
         if not home.is_dir() or home.is_symlink():
             return None
@@ -242,11 +304,11 @@ class Root:
 
     @contextmanager
     def area_fd(self, path: PfsPath) -> Iterator[int]:
-        """An O_PATH descriptor of the area's root; 404 if a home does not exist yet."""
+        """An O_PATH descriptor of the area's root; not found if a home does not exist yet."""
         try:
             fd = os.open(self.area_dir(path), os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise PATH_NOT_FOUND(f"{path}: no such file or directory") from None
+            raise self._refused(PathNotFound(f"{path}: no such file or directory")) from None
         try:
             yield fd
         finally:
@@ -276,7 +338,9 @@ class Root:
         component is never resolved through a symlink.
         """
         if path.is_area_root:
-            raise PATH_FORBIDDEN(f"{path}: the root of a home or of public cannot be changed itself")
+            raise self._refused(
+                PathForbidden(f"{path}: the root of a home or of public cannot be changed itself")
+            )
         fd = self.open(path.parent(), os.O_PATH | os.O_DIRECTORY)
         try:
             yield fd, path.parts[-1]
@@ -291,6 +355,27 @@ class Root:
             return os.stat(name, dir_fd=fd, follow_symlinks=False)
 
 
+class Volume(Root):
+    """The root as pfs's domain uses it: its refusals are the domain errors themselves
+    (`BadPath`, `PathForbidden`, `PathNotFound`), which pfs's table shows."""
+
+    def _refused(self, refusal: errors.DomainError) -> Exception:
+        return refusal
+
+
+R = TypeVar("R", bound=Root)
+
+
+@overload
+def open_volume(config: Config) -> Root: ...
+@overload
+def open_volume(config: Config, kind: type[R]) -> R: ...
+def open_volume(config: Config, kind: type[Root] = Root) -> Root:
+    """The datacenter's root as `pfs.root` names it: the one way every service builds it
+    (a `Root`, or pfs's `Volume`)."""
+    return kind(config.pfs.root.expanduser().resolve())
+
+
 def kind(st: os.stat_result) -> str:
     if stat.S_ISDIR(st.st_mode):
         return "dir"
@@ -299,33 +384,3 @@ def kind(st: os.stat_result) -> str:
     if stat.S_ISLNK(st.st_mode):
         return "symlink"
     return "other"
-
-
-def problem_for(exc: OSError, path: PfsPath | str) -> errors.ProblemError:
-    """The client's view of a filesystem error on `path`.
-
-    Errors that are not the client's to see (EIO, EBADF: a fault here or in the storage)
-    are raised again, to be logged and answered with a bare 500.
-    """
-    if isinstance(exc, trees.TreeChanged):
-        return errors.CONFLICT(f"{path}: a directory was moved while this call walked the tree; try again")
-    if isinstance(exc, PermissionError) and exc.errno in (errno.EXDEV, errno.ELOOP):
-        return PATH_FORBIDDEN(f"{path}: the path leads outside its area (through a symlink)")
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return PATH_NOT_FOUND(f"{path}: no such file or directory")
-    if exc.errno == errno.EEXIST:
-        return errors.ALREADY_EXISTS(f"{path}: already exists")
-    if exc.errno == errno.EISDIR:
-        return errors.CONFLICT(f"{path}: is a directory")
-    if exc.errno == errno.ENOTEMPTY:
-        return errors.CONFLICT(f"{path}: the directory is not empty (remove it recursively)")
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return STORAGE_FULL(f"{path}: the filesystem is full; nothing was written")
-    if exc.errno == errno.ENAMETOOLONG:
-        return BAD_PATH(f"{path}: name too long")
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return PATH_FORBIDDEN(f"{path}: the filesystem refused access")
-    raise exc
-
-
-STORAGE_FULL = errors.STORAGE_FULL

@@ -1,7 +1,8 @@
 """PFS's file endpoints (docs/pfs.md): download, ls, stat, mkdir, mv, rm, usage, and a
 deleted user's home. Each handler parses its request, calls the file operations of
-files.py (which know nothing of HTTP), and renders; downloads are sent from here
-(sendfile where the loop can, ranged reads otherwise)."""
+files.py (`Files`, which knows nothing of HTTP and holds the rules), and renders; the
+domain's refusals become problems in the shared middleware (errors.PROBLEMS). Downloads
+are sent from here (sendfile where the loop can, ranged reads otherwise)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import re
-import stat
 import time
 from datetime import UTC
 from email.utils import formatdate, parsedate_to_datetime
@@ -20,32 +20,12 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from paddlecloud.common import errors
-from paddlecloud.common.internal_auth import Identity
-from paddlecloud.common.keys import IDENTITY, REQUEST_ID, STORE
-from paddlecloud.common.store.models import USER_NAME
-from paddlecloud.common.volume import (
-    PATH_FORBIDDEN,
-    PATH_NOT_FOUND,
-    PfsPath,
-    authorize,
-    check_name,
-    parse_path,
-)
+from paddlecloud.common.keys import IDENTITY, REQUEST_ID
+from paddlecloud.common.volume import PfsPath
 from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
 
 from .errors import RANGE_NOT_SATISFIABLE
-from .files import (
-    entry_of,
-    file_sha256,
-    fs_problems,
-    list_tree,
-    lstat_entry,
-    make_dirs,
-    move_path,
-    prepare_write,
-    remove_path,
-)
-from .keys import DATACENTER, HASH_SLOTS, QUOTAS, ROOT, UPLOADS, USAGE
+from .keys import FILES, UPLOADS
 
 log = structlog.get_logger()
 
@@ -59,9 +39,6 @@ PREFIX = "/api/v1/pfs"
 CHUNK = 1024 * 1024
 
 
-# Hashing a large file holds a worker thread for minutes; cap how many do so at once so
-# downloads and listings (which share asyncio's default executor) are never starved.
-HASH_CONCURRENCY = 4
 # How a storage quota holds, as `usage` says it (and `get quota` shows it).
 STORAGE_ENFORCED = (
     "enforced by CephFS (ceph.quota.max_bytes on the home): uploads and jobs' own writes stop at the limit"
@@ -131,53 +108,26 @@ def _flag(query: dict[str, str], name: str) -> bool:
 
 
 def _resolve(request: web.Request, text: str, *, write: bool) -> PfsPath:
-    path = parse_path(text, request.app[DATACENTER])
-    authorize(path, request[IDENTITY], write=write)
-    return path
+    return request.app[FILES].resolve(request[IDENTITY], text, write=write)
 
 
 async def _listing(request: web.Request, path: PfsPath, recursive: bool) -> web.Response:
-    root = request.app[ROOT]
-    try:
-        with fs_problems(path):
-            entries = await asyncio.to_thread(list_tree, root, path, recursive)
-    except errors.ProblemError as exc:
-        # Your own home exists for you before your first write; it is simply empty.
-        if not (exc.kind is PATH_NOT_FOUND and _is_own_home(path, request[IDENTITY])):
-            raise
-        entries = []
+    entries = await request.app[FILES].listing(request[IDENTITY], path, recursive)
     return json_response({"path": path.text, "entries": entries})
-
-
-def _is_own_home(path: PfsPath, identity: Identity) -> bool:
-    return path.area == "home" and path.is_area_root and path.owner == identity.user
 
 
 async def get_file(request: web.Request) -> web.StreamResponse:
     """GET/HEAD files: a file's bytes (ranges, validators), or a directory's listing."""
     query = _query(request, ("path",))
     path = _resolve(request, query["path"], write=False)
-    root = request.app[ROOT]
+    opened = request.app[FILES].open_file(request[IDENTITY], path)
+    if opened is None:
+        return await _listing(request, path, recursive=False)
+    fd, st = opened
     try:
-        with fs_problems(path):
-            # O_NONBLOCK: opening a FIFO a job left behind must not wait for a writer.
-            fd = root.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except errors.ProblemError as exc:
-        if exc.kind is PATH_NOT_FOUND and _is_own_home(path, request[IDENTITY]):
-            return await _listing(request, path, recursive=False)
-        raise
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            os.close(fd)
-            fd = -1
-            return await _listing(request, path, recursive=False)
-        if not stat.S_ISREG(st.st_mode):
-            raise errors.CONFLICT(f"{path}: is neither a regular file nor a directory")
         return await _serve(request, path, fd, st)
     finally:
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
 
 
 async def _serve(request: web.Request, path: PfsPath, fd: int, st: os.stat_result) -> web.StreamResponse:
@@ -362,20 +312,7 @@ async def stat_path(request: web.Request) -> web.Response:
         message = f"only sha256 is offered, not {checksum[:40]!r}"
         raise errors.BAD_REQUEST(f"checksum: {message}", errors=[{"field": "checksum", "message": message}])
     path = _resolve(request, query["path"], write=False)
-    root = request.app[ROOT]
-    with fs_problems(path):
-        entry = lstat_entry(root, path)
-        if checksum is None or entry["type"] != "file":
-            return json_response(entry)
-        # First the cheap way: what the upload (or an earlier stat) remembered.
-        found = file_sha256(root, path, compute=False)
-        if found is not None and found[1] is None:
-            async with request.app[HASH_SLOTS]:
-                found = await asyncio.to_thread(file_sha256, root, path, compute=True)
-    if found is None:  # no longer a regular file: it changed under us
-        return json_response(entry)
-    st, digest = found
-    return json_response({**entry_of(path.text, path.name, st), "sha256": digest})
+    return json_response(await request.app[FILES].stat(path, sha256=checksum is not None))
 
 
 async def make_dir(request: web.Request) -> web.Response:
@@ -383,12 +320,7 @@ async def make_dir(request: web.Request) -> web.Response:
     _query(request, ())  # everything is in the body
     body = await parse_body(request, MkdirBody)
     path = _resolve(request, body.path, write=True)
-    root = request.app[ROOT]
-    prepare_write(root, path)
-    with fs_problems(path):
-        created, entry = await asyncio.to_thread(make_dirs, root, path, body.parents)
-    if created:
-        log.info("pfs_mkdir", path=path.text)
+    created, entry = await request.app[FILES].mkdir(path, parents=body.parents)
     return json_response(entry, status=201 if created else 200)
 
 
@@ -397,16 +329,7 @@ async def delete_file(request: web.Request) -> web.Response:
     query = _query(request, ("path",), ("recursive",))
     recursive = _flag(query, "recursive")
     path = _resolve(request, query["path"], write=True)
-    if path.is_area_root:
-        raise PATH_FORBIDDEN(f"{path}: the root of a home or of public cannot be removed")
-    root = request.app[ROOT]
-    try:
-        with fs_problems(path):
-            await asyncio.to_thread(remove_path, root, path, recursive)
-    finally:
-        # Even a recursive removal that failed halfway removed something.
-        _forget_usage(request, path)
-    log.info("pfs_removed", path=path.text, recursive=recursive)
+    await request.app[FILES].remove(path, recursive=recursive)
     return web.Response(status=204)
 
 
@@ -416,49 +339,18 @@ async def move(request: web.Request) -> web.Response:
     body = await parse_body(request, MoveBody)
     src = _resolve(request, body.src, write=True)
     dst = _resolve(request, body.dst, write=True)
-    for end in (src, dst):
-        if end.is_area_root:
-            raise PATH_FORBIDDEN(f"{end}: the root of a home or of public cannot be moved or replaced")
-    same_area = (src.datacenter, src.area, src.owner) == (dst.datacenter, dst.area, dst.owner)
-    if same_area and len(dst.parts) > len(src.parts) and dst.parts[: len(src.parts)] == src.parts:
-        raise errors.BAD_REQUEST(f"{src} cannot be moved into itself ({dst})")
-    root = request.app[ROOT]
-    if request.app[QUOTAS].crosses_realms(src.owner, dst.owner):
-        # ceph-fuse refuses such renames, and the hard link rename_noreplace falls back on
-        # would slip the file past the destination's quota (docs/storage.md).
-        raise errors.CONFLICT(f"{src} → {dst}: crosses a storage quota boundary; copy, then remove")
-    prepare_write(root, dst)
-    try:
-        entry = await asyncio.to_thread(move_path, root, src, dst, body.overwrite)
-    finally:
-        _forget_usage(request, src)
-        _forget_usage(request, dst)
-    log.info("pfs_moved", src=src.text, dst=dst.text, overwrite=body.overwrite)
-    return json_response(entry)
-
-
-def _forget_usage(request: web.Request, path: PfsPath) -> None:
-    if path.area == "home" and path.owner is not None:
-        request.app[USAGE].forget(path.owner)
+    return json_response(await request.app[FILES].move(src, dst, overwrite=body.overwrite))
 
 
 async def retire_home(request: web.Request) -> web.Response:
     """DELETE homes/{name}: a deleted user's home, archived (`archive=1`, the default) or
     removed, and their unfinished uploads ended. Admins only (the gateway, deleting a user)."""
-    identity = request[IDENTITY]
-    if not identity.admin:
-        raise errors.FORBIDDEN("only an administrator may retire a home")
+    files = request.app[FILES]
     name = request.match_info["name"]
-    check_name(name, f"user {name[:100]!r}")
-    if not USER_NAME.match(name):
-        # No account could have it, so no home: an answer of 200 would say it was retired.
-        why = f"{name[:100]!r} is not a user name (lowercase letters, digits and '-')"
-        raise errors.BAD_REQUEST(f"name: {why}", errors=[{"field": "name", "message": why}])
+    files.check_retirement(request[IDENTITY], name)
     archive = _flag(_query(request, (), ("archive",)), "archive") if "archive" in request.query else True
     uploads = await request.app[UPLOADS].forget_user(name)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    where = await asyncio.to_thread(request.app[ROOT].retire_home, name, archive=archive, stamp=stamp)
-    request.app[USAGE].forget(name)
+    where = await files.retire_home(name, archive=archive)
     log.info("home_retired", user=name, archived_to=where, uploads_ended=uploads)
     return json_response({"user": name, "archived_to": where, "uploads_ended": uploads})
 
@@ -466,27 +358,15 @@ async def retire_home(request: web.Request) -> web.Response:
 async def usage(request: web.Request) -> web.Response:
     """GET usage: bytes and files in a home, and the owner's storage quota."""
     query = _query(request, (), ("user",))
-    identity = request[IDENTITY]
-    user = query.get("user", identity.user)
-    check_name(user, f"user {user[:100]!r}")
-    if user != identity.user and not identity.admin:
-        raise errors.FORBIDDEN(f"only an admin may see another user's usage; yours is user={identity.user}")
-    record = await request.app[STORE].get_user(user)
-    if record is None and user != identity.user:
-        raise errors.NOT_FOUND(f"there is no user {user!r}")
-    limit = record.quota.storage_bytes if record is not None else None
-    if record is not None:
-        await request.app[QUOTAS].sync(user, limit)  # CephFS: the home carries the quota too
-    measured = await request.app[USAGE].of(user)
-    enforced = request.app[QUOTAS].enabled
+    home = await request.app[FILES].usage_of(request[IDENTITY], query.get("user"))
     return json_response(
         {
-            "user": user,
-            "bytes": measured.bytes,
-            "files": measured.files,
-            "limit": limit,
+            "user": home.user,
+            "bytes": home.bytes,
+            "files": home.files,
+            "limit": home.limit,
             # Whether the filesystem holds jobs' own writes to the limit too (docs/security.md).
-            "enforced": enforced,
-            "enforcement": STORAGE_ENFORCED if enforced else STORAGE_ADVISORY,
+            "enforced": home.enforced,
+            "enforcement": STORAGE_ENFORCED if home.enforced else STORAGE_ADVISORY,
         }
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
@@ -13,12 +12,14 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.keys import READINESS_CHECKS
 from paddlecloud.common.store import Store
 from paddlecloud.common.tasks import background, run_periodically
-from paddlecloud.common.volume import open_volume
+from paddlecloud.common.volume import Volume, open_volume
 from paddlecloud.common.web import create_base_app, use_store
 
 from . import api, upload_api
 from .cephfs import QUOTA_SYNC_SECONDS, CephQuotas
-from .keys import DATACENTER, HASH_SLOTS, QUOTAS, ROOT, UPLOADS, USAGE
+from .errors import PROBLEMS
+from .files import Files
+from .keys import DATACENTER, FILES, QUOTAS, ROOT, UPLOADS, USAGE
 from .uploads import GC_INTERVAL, GC_TASK, Uploads
 from .usage import Usage
 
@@ -31,7 +32,7 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
     Uploads can be as large as the quota allows: handlers stream bodies and enforce their
     own limits, so `client_max_size` only guards the JSON endpoints.
     """
-    app = create_base_app(config, "pfs")
+    app = create_base_app(config, "pfs", problems=PROBLEMS)
     app[DATACENTER] = config.pfs.datacenter
     app.cleanup_ctx.append(_resources(config, store))
     api.add_routes(app)
@@ -41,7 +42,7 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
 
 def _resources(config: Config, given_store: Store | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        root = open_volume(config)
+        root = open_volume(config, Volume)
         app[ROOT] = root
         app[USAGE] = Usage(root)
         quotas = app[QUOTAS] = CephQuotas(root.root)
@@ -68,7 +69,7 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             await uploads.load()
             stack.callback(uploads.close)
             app[UPLOADS] = uploads
-            app[HASH_SLOTS] = asyncio.Semaphore(api.HASH_CONCURRENCY)
+            app[FILES] = Files(root, app[USAGE], quotas, store, datacenter=section.datacenter)
 
             async def collect() -> None:
                 await uploads.collect()

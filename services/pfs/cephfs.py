@@ -23,11 +23,11 @@ from pathlib import Path
 
 import structlog
 
-from paddlecloud.common.errors import ProblemError
 from paddlecloud.common.quantity import readable_bytes
 from paddlecloud.common.store import Store
-from paddlecloud.common.volume import STORAGE_FULL, check_name
+from paddlecloud.common.volume import check_name
 
+from .errors import StorageFull
 from .fsops import remember_sha256, rename_noreplace
 
 log = structlog.get_logger()
@@ -98,8 +98,8 @@ def _readable(size: int | None) -> str:
     return "unknown" if size is None else readable_bytes(size)
 
 
-def over_quota(home: Path, requested: int, what: str) -> ProblemError:
-    """The 507 for a write CephFS refused with EDQUOT, with the home's figures as Ceph sees them."""
+def over_quota(home: Path, requested: int, what: str) -> StorageFull:
+    """The refusal (507) of a write CephFS refused with EDQUOT, with the home's figures as Ceph sees them."""
     used, limit = None, None
     with contextlib.suppress(OSError):
         fd = os.open(home, _DIR_FLAGS)
@@ -109,7 +109,7 @@ def over_quota(home: Path, requested: int, what: str) -> ProblemError:
             limit = quota_of(fd)
         finally:
             os.close(fd)
-    return STORAGE_FULL(
+    return StorageFull(
         f"{what}: the storage quota of {home.name} is used up ({_readable(used)} of {_readable(limit)}, "
         f"{readable_bytes(requested)} more requested); nothing was placed, and what was received is kept.",
         requested=requested,

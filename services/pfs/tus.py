@@ -72,7 +72,6 @@ _DIGITS = re.compile(r"^[0-9]{1,19}$")
 # too, because keys are echoed into a response header.
 _KEY = re.compile(r"^[!-+\--~]{1,128}$")  # printable ASCII without space and ','
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
-_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 MAX_METADATA_BYTES = 8192
 
 
@@ -199,25 +198,6 @@ def _check_value(key: str, value: str) -> None:
         ) from None
     if not decoded.isprintable():
         raise BAD_METADATA(f"Upload-Metadata: the value of {key!r} holds control characters.")
-
-
-def parse_sha256(value: str | None) -> str | None:
-    """The optional whole-file sha256 from the metadata, as lower-case hex."""
-    if value is None:
-        return None
-    if not _SHA256_HEX.match(value):
-        raise BAD_METADATA("Upload-Metadata: sha256 must be 64 hexadecimal digits.")
-    return value.lower()
-
-
-def parse_flag(metadata: Metadata, key: str) -> bool:
-    """A 0/1 metadata value such as `overwrite`; absent means 0."""
-    if not metadata.has(key):
-        return False
-    value = metadata.get(key)
-    if value not in ("0", "1"):
-        raise BAD_METADATA(f"Upload-Metadata: {key} must be base64 of '1' or '0'.")
-    return value == "1"
 
 
 def http_date(timestamp: float) -> str:

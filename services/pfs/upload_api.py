@@ -1,7 +1,9 @@
 """PFS's upload endpoints: tus 1.0 (TUS.md, docs/pfs.md) over the uploads of uploads.py.
 
 Each handler reads the tus headers into values, hands the body to the uploads as a
-byte source, and writes the tus headers of the answer; the uploads know no HTTP."""
+byte source, and writes the tus headers of the answer; the uploads know no HTTP. Their
+refusals (domain errors) become problems here, once (`_problem`), so that they too carry
+the tus headers."""
 
 from __future__ import annotations
 
@@ -11,21 +13,23 @@ import structlog
 from aiohttp import web
 
 from paddlecloud.common import errors
-from paddlecloud.common.errors import ProblemError
+from paddlecloud.common.errors import DomainError, ProblemError, problem_for_domain
 from paddlecloud.common.keys import IDENTITY, REQUEST_ID
 
 from . import tus
 from .errors import (
     BAD_HEADER,
-    READ_TIMEOUT,
-    UPLOAD_INTERRUPTED,
+    PROBLEMS,
     UPLOAD_TOO_LARGE,
+    OverMaxSize,
 )
 from .keys import UPLOADS
 from .staging import Record
-from .uploads import PREFIX, ByteSource, Uploads
+from .uploads import ByteSource, Uploads
 
 log = structlog.get_logger()
+
+PREFIX = "/api/v1/pfs/uploads"
 
 
 def body_of(request: web.Request) -> ByteSource:
@@ -97,23 +101,11 @@ async def create(request: web.Request) -> web.Response:
     if length != 0 and not with_body:
         return web.Response(status=201, headers=headers)
     try:
-        async with uploads.hold(record.id) as slot:
-            if length == 0:
-                record = await uploads.finish(record, identity)
-                offset = 0
-            else:
-                room = length if length is not None else uploads.max_size
-                received = await uploads.receive(body_of(request), record, slot, 0, room, checksum)
-                offset = received.offset
-                problem = received.problem
-                # A broken or stalled body still created the upload: say where it is.
-                if problem is not None and problem.kind not in (UPLOAD_INTERRUPTED, READ_TIMEOUT):
-                    raise problem
-                if length is not None and offset == length:
-                    record = await uploads.finish(record, identity)
-    except ProblemError as exc:
-        exc.headers.update(Location=location)
-        raise
+        record, offset = await uploads.receive_first(record, identity, body_of(request), checksum)
+    except DomainError as exc:
+        answer = _problem(uploads, exc)
+        answer.headers.update(Location=location)
+        raise answer from exc
     headers.update(_state_headers(uploads, record, offset))
     headers["Location"] = location
     return web.Response(status=201, headers=headers)
@@ -122,21 +114,7 @@ async def create(request: web.Request) -> web.Response:
 async def head(request: web.Request, upload_id: str) -> web.Response:
     uploads = request.app[UPLOADS]
     identity = request[IDENTITY]
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id):
-        record = uploads.lookup(upload_id, identity)
-        uploads.check_alive(record)
-        offset = record.length or 0
-        if record.state == "active":
-            size = uploads.staging.part_size(record.id)
-            if size is None or size == record.length:
-                try:
-                    record = await uploads.finish(record, identity)
-                except ProblemError:
-                    uploads.check_alive(record)  # the verdict, as this upload's state
-                    raise
-            else:
-                offset = size
+    record, offset = await uploads.status(upload_id, identity)
     headers = _state_headers(uploads, record, offset)
     headers["Cache-Control"] = "no-store"
     if record.length is None:
@@ -160,35 +138,41 @@ async def patch(request: web.Request, upload_id: str) -> web.Response:
         raise BAD_HEADER("PATCH needs Upload-Offset: the offset this body starts at.")
     checksum = tus.parse_checksum(request.headers)
     new_length = tus.parse_size(request.headers, "Upload-Length")
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id) as slot:
-        record = uploads.lookup(upload_id, identity)
-        uploads.check_alive(record)
-        record = await uploads.patch(
-            body_of(request), request.content_length, record, identity, slot, offset, checksum, new_length
-        )
-        current = record.length if record.state == "complete" else uploads.staging.part_size(record.id)
-    return web.Response(status=204, headers=_state_headers(uploads, record, current or 0))
+    record, current = await uploads.append(
+        upload_id, identity, body_of(request), request.content_length, offset, checksum, new_length
+    )
+    return web.Response(status=204, headers=_state_headers(uploads, record, current))
 
 
 async def delete(request: web.Request, upload_id: str) -> web.Response:
     uploads = request.app[UPLOADS]
     identity = request[IDENTITY]
-    uploads.lookup(upload_id, identity)
-    async with uploads.hold(upload_id):
-        await uploads.terminate(uploads.lookup(upload_id, identity))
+    await uploads.end(upload_id, identity)
     return web.Response(status=204, headers=_headers())
+
+
+def _problem(uploads: Uploads, exc: ProblemError | DomainError) -> ProblemError:
+    """A refusal as its problem (errors.PROBLEMS); one over Tus-Max-Size names that size."""
+    if isinstance(exc, ProblemError):
+        return exc
+    problem = problem_for_domain(exc, PROBLEMS)
+    if isinstance(exc, OverMaxSize):
+        problem.headers["Tus-Max-Size"] = str(uploads.max_size)
+    return problem
 
 
 async def _tus(request: web.Request, handler: Callable[[], Awaitable[web.Response]]) -> web.Response:
     """Every answer, refusals included, speaks tus; statuses tus adds get their reason phrase."""
     try:
         return await handler()
-    except ProblemError as exc:
+    except (ProblemError, DomainError) as caught:
+        exc = _problem(request.app[UPLOADS], caught)
         exc.headers.setdefault("Tus-Resumable", tus.VERSION)
         reason = tus.REASONS.get(exc.kind.status)
         if reason is None:
-            raise
+            if exc is caught:
+                raise
+            raise exc from caught
         response = errors.problem_response(exc.body(request.get(REQUEST_ID)), exc.headers)
         response.set_status(exc.kind.status, reason)
         return response

@@ -30,26 +30,31 @@ from typing import Any, TypeVar
 
 import structlog
 
-from paddlecloud.common import errors
-from paddlecloud.common.errors import ProblemError
+from paddlecloud.common.errors import DomainError, Exists
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import readable_bytes
 from paddlecloud.common.store import Store
-from paddlecloud.common.volume import STORAGE_FULL, PfsPath, Root, authorize, kind, parse_path, problem_for
+from paddlecloud.common.volume import PfsPath, Volume, check_access, kind
 
 from . import cephfs, tus
 from .errors import (
-    BAD_HEADER,
-    BAD_METADATA,
-    CHECKSUM_MISMATCH,
-    MISMATCHED_OFFSET,
-    READ_TIMEOUT,
-    UPLOAD_EXPIRED,
-    UPLOAD_FAILED,
-    UPLOAD_INTERRUPTED,
-    UPLOAD_LOCKED,
-    UPLOAD_NOT_FOUND,
-    UPLOAD_TOO_LARGE,
+    BadLength,
+    BadMetadata,
+    BodyStalled,
+    ChecksumMismatch,
+    Conflict,
+    MismatchedOffset,
+    OverMaxSize,
+    QuotaExceeded,
+    StorageFull,
+    UploadExpired,
+    UploadFailed,
+    UploadInterrupted,
+    UploadLocked,
+    UploadNotFound,
+    UploadTooLarge,
+    code_of,
+    refusal_for,
 )
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
 from .staging import (
@@ -63,13 +68,13 @@ from .usage import Usage
 
 log = structlog.get_logger()
 
-PREFIX = "/api/v1/pfs/uploads"
 GC_TASK = "pfs-uploads-gc"
 GC_INTERVAL = 600.0
 # How long a request waits for the one before it on the same upload (which was asked to
-# stop and only has to sync what it received) before it gives up with 423.
+# stop and only has to sync what it received) before it gives up (UploadLocked).
 LOCK_TIMEOUT = 30.0
 _ID = re.compile(r"^[A-Za-z0-9_-]{32}$")
+_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 SYNC_EVERY = 4 * 1024 * 1024
 # Received bytes are hashed in worker threads a batch of this size at a time; a chunk of
@@ -197,7 +202,7 @@ class Received:
     """What one PATCH body did: the durable offset after it, and why it stopped early, if it did."""
 
     offset: int
-    problem: ProblemError | None = None
+    refusal: DomainError | None = None
 
 
 class _Syncer:
@@ -240,7 +245,7 @@ class Uploads:
 
     def __init__(
         self,
-        root: Root,
+        root: Volume,
         usage: Usage,
         store: Store,
         *,
@@ -277,10 +282,10 @@ class Uploads:
     # lookup and locking ----------------------------------------------------------
 
     def lookup(self, upload_id: str, identity: Identity) -> Record:
-        """The caller's own upload; everyone else's, like an unknown one, is 404."""
+        """The caller's own upload; everyone else's, like an unknown one, is not found."""
         record = self._records.get(upload_id) if _ID.match(upload_id) else None
         if record is None or record.owner != identity.user:
-            raise UPLOAD_NOT_FOUND(f"There is no upload {upload_id[:40]!r} of yours here.")
+            raise UploadNotFound(f"There is no upload {upload_id[:40]!r} of yours here.")
         return record
 
     def expiry(self, record: Record) -> float:
@@ -292,11 +297,11 @@ class Uploads:
         return max(record.expires, last_write + self.expiry_seconds)
 
     def check_alive(self, record: Record) -> None:
-        """Refuse (410) an upload that expired or failed; a client has to start over."""
+        """Refuse an upload that expired or failed (UploadExpired, UploadFailed): start over."""
         if record.state == "expired" or (record.state == "active" and self.expiry(record) <= self.clock()):
-            raise UPLOAD_EXPIRED(f"Upload {record.id} expired; start a new one.")
+            raise UploadExpired(f"Upload {record.id} expired; start a new one.")
         if record.state == "failed":
-            raise UPLOAD_FAILED(
+            raise UploadFailed(
                 f"Upload {record.id} failed and was discarded: {record.error.get('detail', '')}",
                 reason=record.error.get("code"),
             )
@@ -313,7 +318,7 @@ class Uploads:
                 async with asyncio.timeout(LOCK_TIMEOUT):
                     await slot.lock.acquire()
             except TimeoutError:
-                raise UPLOAD_LOCKED(
+                raise UploadLocked(
                     f"Upload {upload_id} is busy with another request; try again shortly."
                 ) from None
             slot.stop_requested = False
@@ -332,20 +337,19 @@ class Uploads:
     async def create(self, identity: Identity, length: int | None, metadata: tus.Metadata) -> Record:
         """Check everything, reserve the quota and create the staging file and its record."""
         if length is not None and length > self.max_size:
-            raise UPLOAD_TOO_LARGE(
+            raise OverMaxSize(
                 f"Upload-Length {length} is over this server's Tus-Max-Size of {self.max_size} bytes.",
-                headers={"Tus-Max-Size": str(self.max_size)},
             )
         path_text = metadata.get("path")
         if not path_text:
-            raise BAD_METADATA(
+            raise BadMetadata(
                 "Upload-Metadata must name the destination: "
                 "path <base64 of /pfs/<datacenter>/home/<user>/...>."
             )
-        sha256 = tus.parse_sha256(metadata.get("sha256"))
-        overwrite = tus.parse_flag(metadata, "overwrite")
-        dest = parse_path(path_text, self.datacenter)
-        authorize(dest, identity, write=True)
+        sha256 = _sha256(metadata.get("sha256"))
+        overwrite = _flag(metadata, "overwrite")
+        dest = PfsPath.parse(path_text, self.datacenter)
+        check_access(dest, identity, write=True)
         await _blocking(self._check_destination, dest, overwrite)
         charged_to = dest.owner if dest.area == "home" else None
         now = self.clock()
@@ -375,14 +379,14 @@ class Uploads:
             with contextlib.suppress(OSError):
                 await _blocking(self.staging.remove, record.id, record=True)
             if exc.errno in _FULL:
-                raise STORAGE_FULL("The filesystem is full; the upload was not created.") from exc
+                raise StorageFull("The filesystem is full; the upload was not created.") from exc
             raise
         log.info("upload_created", upload=record.id, dest=record.path, length=length)
         return record
 
     def _check_destination(self, dest: PfsPath, overwrite: bool) -> None:
         if dest.is_area_root:
-            raise errors.CONFLICT(f"{dest}: is a directory; upload to a file beneath it.")
+            raise Conflict(f"{dest}: is a directory; upload to a file beneath it.")
         if not self.root.area_dir(dest).is_dir():
             return  # a home is created on its first write
         try:
@@ -390,15 +394,35 @@ class Uploads:
         except FileNotFoundError:
             return
         except NotADirectoryError:
-            raise errors.CONFLICT(f"{dest}: a file is in the way of its parent directories.") from None
+            raise Conflict(f"{dest}: a file is in the way of its parent directories.") from None
         except OSError as exc:
-            raise problem_for(exc, dest) from exc
+            raise refusal_for(exc, dest) from exc
         if kind(st) == "dir":
-            raise errors.CONFLICT(f"{dest}: is a directory.")
+            raise Conflict(f"{dest}: is a directory.")
         if not overwrite:
-            raise errors.ALREADY_EXISTS(
+            raise Exists(
                 f"{dest}: already exists; upload with metadata 'overwrite 1' (base64 'MQ==') to replace it."
             )
+
+    async def receive_first(
+        self, record: Record, identity: Identity, body: ByteSource, checksum: tus.Checksum | None
+    ) -> tuple[Record, int]:
+        """creation-with-upload: the body sent with the creation of `record` (an empty upload
+        is simply finished); the upload and its offset after it.
+
+        A broken or stalled body still created the upload, and the answer says where it is;
+        any other refusal is raised."""
+        async with self.hold(record.id) as slot:
+            if record.length == 0:
+                return await self.finish(record, identity), 0
+            room = record.length if record.length is not None else self.max_size
+            received = await self.receive(body, record, slot, 0, room, checksum)
+            refusal = received.refusal
+            if refusal is not None and not isinstance(refusal, (UploadInterrupted, BodyStalled)):
+                raise refusal
+            if record.length is not None and received.offset == record.length:
+                record = await self.finish(record, identity)
+            return record, received.offset
 
     async def _check_quota(self, user: str, requested: int, *, exclude: str | None) -> None:
         account = await self.store.get_user(user)
@@ -411,7 +435,7 @@ class Uploads:
         reserved = self._reserved(user, exclude)
         if used + reserved + requested > limit:
             held = f", {readable_bytes(reserved)} held by unfinished uploads" if reserved else ""
-            raise errors.QUOTA_EXCEEDED(
+            raise QuotaExceeded(
                 f"Uploading {readable_bytes(requested)} would take {user}'s storage over its quota of "
                 f"{readable_bytes(limit)}: {readable_bytes(used)} in use{held}.",
                 requested=requested,
@@ -429,9 +453,50 @@ class Uploads:
                 total += staged or 0
         return total
 
+    # HEAD ------------------------------------------------------------------------
+
+    async def status(self, upload_id: str, identity: Identity) -> tuple[Record, int]:
+        """The caller's upload and its offset; one whose last byte is in but that was not
+        finished (a crash, a full disk at the last step) is finished first."""
+        self.lookup(upload_id, identity)  # an unknown id takes no lock
+        async with self.hold(upload_id):
+            record = self.lookup(upload_id, identity)
+            self.check_alive(record)
+            offset = record.length or 0
+            if record.state == "active":
+                size = self.staging.part_size(record.id)
+                if size is None or size == record.length:
+                    try:
+                        record = await self.finish(record, identity)
+                    except DomainError:
+                        self.check_alive(record)  # the verdict, as this upload's state
+                        raise
+                else:
+                    offset = size
+        return record, offset
+
     # PATCH -----------------------------------------------------------------------
 
-    async def patch(
+    async def append(
+        self,
+        upload_id: str,
+        identity: Identity,
+        body: ByteSource,
+        length: int | None,
+        offset: int,
+        checksum: tus.Checksum | None,
+        new_length: int | None,
+    ) -> tuple[Record, int]:
+        """One PATCH of the caller's upload (`_patch`); the upload and its offset after it."""
+        self.lookup(upload_id, identity)  # an unknown id takes no lock
+        async with self.hold(upload_id) as slot:
+            record = self.lookup(upload_id, identity)
+            self.check_alive(record)
+            record = await self._patch(body, length, record, identity, slot, offset, checksum, new_length)
+            current = record.length if record.state == "complete" else self.staging.part_size(record.id)
+        return record, current or 0
+
+    async def _patch(
         self,
         body: ByteSource,
         length: int | None,
@@ -448,10 +513,10 @@ class Uploads:
         announced length, when there is one."""
         if record.state == "complete":
             if new_length is not None and new_length != record.length:
-                raise BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
+                raise BadLength(f"Upload-Length is {record.length} and cannot change.")
             # A retry of the last PATCH whose answer was lost: nothing to do.
             if offset != record.length:
-                raise MISMATCHED_OFFSET(
+                raise MismatchedOffset(
                     f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
                 )
             await _nothing_past_the_end(body, length, record)
@@ -461,7 +526,7 @@ class Uploads:
             # Complete but not finished (a crash, or a full disk at the last step).
             record = await self.finish(record, identity)
             if offset != record.length:
-                raise MISMATCHED_OFFSET(
+                raise MismatchedOffset(
                     f"Upload {record.id} is complete at offset {record.length}.", offset=record.length
                 )
             await _nothing_past_the_end(body, length, record)
@@ -469,20 +534,20 @@ class Uploads:
         if new_length is not None:
             await self._declare_length(record, new_length, current)
         if offset != current:
-            raise MISMATCHED_OFFSET(
+            raise MismatchedOffset(
                 f"Upload-Offset is {offset} but upload {record.id} is at {current}: "
                 "HEAD it and resume there.",
                 offset=current,
             )
         room = (record.length if record.length is not None else self.max_size) - current
         if length is not None and length > room:
-            raise UPLOAD_TOO_LARGE(
+            raise UploadTooLarge(
                 f"The body ({length} bytes) goes past the end of the upload "
                 f"({room} bytes left); nothing was written."
             )
         received = await self.receive(body, record, slot, current, room, checksum)
-        if received.problem is not None:
-            raise received.problem
+        if received.refusal is not None:
+            raise received.refusal
         if record.length is not None and received.offset == record.length:
             record = await self.finish(record, identity)
         return record
@@ -490,14 +555,13 @@ class Uploads:
     async def _declare_length(self, record: Record, length: int, current: int) -> None:
         if record.length is not None:
             if length != record.length:
-                raise BAD_HEADER(f"Upload-Length is {record.length} and cannot change.")
+                raise BadLength(f"Upload-Length is {record.length} and cannot change.")
             return
         if length < current:
-            raise BAD_HEADER(f"Upload-Length {length} is less than the {current} bytes already received.")
+            raise BadLength(f"Upload-Length {length} is less than the {current} bytes already received.")
         if length > self.max_size:
-            raise UPLOAD_TOO_LARGE(
+            raise OverMaxSize(
                 f"Upload-Length {length} is over this server's Tus-Max-Size of {self.max_size} bytes.",
-                headers={"Tus-Max-Size": str(self.max_size)},
             )
         if record.charged_to is not None:
             await self._check_quota(record.charged_to, length, exclude=record.id)
@@ -517,7 +581,7 @@ class Uploads:
 
         A disconnect, a stalled body or a newer request on the upload stops the read:
         what arrived is kept (unless it was a checksummed chunk, which cannot be verified
-        any more) and synced, and the problem says why.
+        any more) and synced, and the refusal says why.
         """
         fd = self.staging.open_part(record.id)
         try:
@@ -531,7 +595,7 @@ class Uploads:
                 writer.fd if writer.in_place else None,
                 start,
             )
-            problem: ProblemError | None = None
+            refusal: DomainError | None = None
             cancelled: asyncio.CancelledError | None = None
             loop = asyncio.get_running_loop()
             stopped = False
@@ -552,31 +616,31 @@ class Uploads:
                         slot.on_stop = None
             except TimeoutError:
                 if stopped:
-                    problem = UPLOAD_INTERRUPTED(
+                    refusal = UploadInterrupted(
                         f"A newer request on upload {record.id} took over; what arrived was kept."
                     )
                 else:
-                    problem = READ_TIMEOUT(
+                    refusal = BodyStalled(
                         f"The body stalled for {self.read_timeout:g} s; what arrived was kept. "
                         "HEAD, then resume."
                     )
             except ConnectionError:
-                problem = UPLOAD_INTERRUPTED("The connection broke mid-body; what arrived was kept.")
+                refusal = UploadInterrupted("The connection broke mid-body; what arrived was kept.")
             except asyncio.CancelledError as exc:
                 # The handler itself is cancelled: a server that cancels handlers of gone
                 # clients, or shutdown. Keep and sync what arrived all the same, then go on.
                 cancelled = exc
-                problem = UPLOAD_INTERRUPTED("The request was cancelled; what arrived was kept.")
+                refusal = UploadInterrupted("The request was cancelled; what arrived was kept.")
             except OSError as exc:
                 if exc.errno not in _FULL:
                     raise
-                problem = STORAGE_FULL(
+                refusal = StorageFull(
                     "The filesystem is full. What was written before is kept: HEAD the upload and "
                     "resume once there is room."
                 )
             synced = time.perf_counter()
-            problem, whole = await self._settle(
-                fd, writer, syncer, hashing, checksum, chunk, start, problem, whole, saved
+            refusal, whole = await self._settle(
+                fd, writer, syncer, hashing, checksum, chunk, start, refusal, whole, saved
             )
             offset = os.fstat(fd).st_size
             sync_ms = round((time.perf_counter() - synced) * 1000, 1)
@@ -592,11 +656,11 @@ class Uploads:
             start=start,
             offset=offset,
             sync_ms=sync_ms,
-            stopped=None if problem is None else problem.kind.code,
+            stopped=None if refusal is None else code_of(refusal),
         )
         if cancelled is not None:
             raise cancelled
-        return Received(offset, problem)
+        return Received(offset, refusal)
 
     async def _settle(
         self,
@@ -607,17 +671,17 @@ class Uploads:
         checksum: tus.Checksum | None,
         chunk: Any,
         start: int,
-        problem: ProblemError | None,
+        refusal: DomainError | None,
         whole: Any,
         saved: Any,
-    ) -> tuple[ProblemError | None, Any]:
+    ) -> tuple[DomainError | None, Any]:
         """Settle and verify what a body left: sync it, check the chunk's checksum, keep or
-        take back the chunk. The problem to answer (the body's own, or a mismatch or full
+        take back the chunk. The refusal to answer (the body's own, or a mismatch or full
         disk found here) and the upload's running hash after it (None when unknown)."""
         try:
             await syncer.settle()
             # An interrupted checksummed chunk cannot be verified: it is discarded below.
-            keep = checksum is None or problem is None
+            keep = checksum is None or refusal is None
             in_sync = keep and writer.in_place and writer.written > 0
             if in_sync:
                 # The chunk goes to disk while its last batch is hashed: the 204 waits for
@@ -627,13 +691,13 @@ class Uploads:
                 await hashing.finish()
             discarded = False
             if checksum is not None:
-                if problem is None and chunk is not None and chunk.digest() != checksum.digest:
-                    problem = CHECKSUM_MISMATCH(
+                if refusal is None and chunk is not None and chunk.digest() != checksum.digest:
+                    refusal = ChecksumMismatch(
                         f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
                         f"discarded and the upload stays at offset {start}.",
                         offset=start,
                     )
-                if problem is not None:
+                if refusal is not None:
                     writer.discard()
                     whole = saved
                     discarded = True  # the truncation must be as durable as the bytes were
@@ -649,8 +713,8 @@ class Uploads:
             whole = None
             if exc.errno not in _FULL:
                 raise
-            problem = STORAGE_FULL("The filesystem is full; the chunk was not stored.")
-        return problem, whole
+            refusal = StorageFull("The filesystem is full; the chunk was not stored.")
+        return refusal, whole
 
     async def _pump(
         self,
@@ -714,21 +778,22 @@ class Uploads:
         else:
             digest = await _blocking(self.staging.hash_part, record.id)
         if record.sha256 is not None and digest != record.sha256:
-            problem = CHECKSUM_MISMATCH(
+            refusal = ChecksumMismatch(
                 f"The file's sha256 is {digest}, not the {record.sha256} the upload declared; "
                 "it was discarded.",
                 expected=record.sha256,
                 received=digest,
             )
-            await self._fail(record, problem)
-            raise problem
+            await self._fail(record, refusal)
+            raise refusal
         try:
-            dest = parse_path(record.path, self.datacenter)
-            authorize(dest, identity, write=True)
+            dest = PfsPath.parse(record.path, self.datacenter)
+            check_access(dest, identity, write=True)
             await _blocking(self._place, record, dest, digest)
-        except ProblemError as problem:
-            if problem.kind.status < 500:
-                await self._fail(record, problem)
+        except DomainError as refusal:
+            # A full disk or quota is no verdict on the upload: the next HEAD or PATCH finishes it.
+            if not isinstance(refusal, StorageFull):
+                await self._fail(record, refusal)
             raise
         return await self._mark_complete(record, digest)
 
@@ -777,17 +842,17 @@ class Uploads:
                     )
                 os.fsync(dir_fd)
         except FileExistsError:
-            raise errors.ALREADY_EXISTS(
+            raise Exists(
                 f"{dest}: appeared while uploading; upload again with overwrite to replace it."
             ) from None
         except (IsADirectoryError, NotADirectoryError):
-            raise errors.CONFLICT(
+            raise Conflict(
                 f"{dest}: a directory is where the file should go, or a file is in the way."
             ) from None
         except OSError as exc:
             if exc.errno == errno.EDQUOT:
                 raise cephfs.over_quota(self.root.area_dir(dest), record.length or 0, str(dest)) from exc
-            raise problem_for(exc, dest) from exc
+            raise refusal_for(exc, dest) from exc
 
     def _make_parents(self, dest: PfsPath) -> None:
         """`mkdir -p` of the destination's parents, each resolved beneath its area."""
@@ -802,7 +867,7 @@ class Uploads:
         """The staging file is gone: if it is at its destination, the rename happened before a crash."""
 
         def placed_sha256() -> str | None:
-            dest = parse_path(record.path, self.datacenter)
+            dest = PfsPath.parse(record.path, self.datacenter)
             try:
                 with opened(self.root.open(dest, os.O_RDONLY | os.O_NOFOLLOW)) as fd:
                     st = os.fstat(fd)
@@ -813,14 +878,14 @@ class Uploads:
                 with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
                     os.fsync(dir_fd)
                 return digest
-            except (OSError, ProblemError):
+            except (OSError, DomainError):
                 return None
 
         digest = await _blocking(placed_sha256)
         if digest is None:
-            problem = UPLOAD_FAILED(f"Upload {record.id}'s data is gone; start again.")
-            await self._fail(record, problem)
-            raise problem
+            refusal = UploadFailed(f"Upload {record.id}'s data is gone; start again.")
+            await self._fail(record, refusal)
+            raise refusal
         return await self._mark_complete(record, digest)
 
     async def _mark_complete(self, record: Record, digest: str) -> Record:
@@ -836,16 +901,22 @@ class Uploads:
         log.info("upload_completed", upload=record.id, dest=record.path, size=record.length)
         return record
 
-    async def _fail(self, record: Record, problem: ProblemError) -> None:
+    async def _fail(self, record: Record, refusal: DomainError) -> None:
         record.state = "failed"
-        record.error = {"code": problem.kind.code, "detail": problem.detail}
+        record.error = {"code": code_of(refusal), "detail": refusal.message}
         record.expires = self.clock() + self.expiry_seconds
         self._hashers.pop(record.id, None)
         await _blocking(self.staging.write_record, record)
         await _blocking(self.staging.remove, record.id, record=False)
-        log.info("upload_failed", upload=record.id, code=problem.kind.code)
+        log.info("upload_failed", upload=record.id, code=code_of(refusal))
 
     # termination and expiry ------------------------------------------------------
+
+    async def end(self, upload_id: str, identity: Identity) -> None:
+        """DELETE (termination): the caller's upload is forgotten, its staging data removed."""
+        self.lookup(upload_id, identity)  # an unknown id takes no lock
+        async with self.hold(upload_id):
+            await self.terminate(self.lookup(upload_id, identity))
 
     async def terminate(self, record: Record) -> None:
         """Forget the upload and its staging data (a finished file stays where it is)."""
@@ -866,7 +937,7 @@ class Uploads:
     async def collect(self, now: float | None = None) -> int:
         """Expire abandoned uploads and forget old records; returns how many were touched.
 
-        An expired upload's data goes at once, while its record stays (so it answers 410)
+        An expired upload's data goes at once, while its record stays (so it answers UploadExpired)
         for another expiry period. Uploads in use by a request are left for the next round.
         """
         now = self.clock() if now is None else now
@@ -904,7 +975,26 @@ async def _nothing_past_the_end(body: ByteSource, length: int | None, record: Re
     offset + body ≤ Upload-Length), and answering 204 would say they were kept."""
     if length == 0 or (length is None and not await body()):
         return  # an empty retry of the last PATCH, whose answer was lost
-    raise UPLOAD_TOO_LARGE(
+    raise UploadTooLarge(
         f"Upload {record.id} is complete at {record.length} bytes: the body goes past its end "
         "(0 bytes left); nothing was written."
     )
+
+
+def _sha256(value: str | None) -> str | None:
+    """The optional whole-file sha256 from the metadata, as lower-case hex."""
+    if value is None:
+        return None
+    if not _SHA256_HEX.match(value):
+        raise BadMetadata("Upload-Metadata: sha256 must be 64 hexadecimal digits.")
+    return value.lower()
+
+
+def _flag(metadata: tus.Metadata, key: str) -> bool:
+    """A 0/1 metadata value such as `overwrite`; absent means 0."""
+    if not metadata.has(key):
+        return False
+    value = metadata.get(key)
+    if value not in ("0", "1"):
+        raise BadMetadata(f"Upload-Metadata: {key} must be base64 of '1' or '0'.")
+    return value == "1"
