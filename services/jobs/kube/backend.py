@@ -7,11 +7,16 @@
 - `observe`, `workers` and `logs` read the watch cache (cache.py); nothing polls the
   API server per job. While the API server is unreachable the job keeps its state
   with a reason that says so: an outage never fails a job.
-- A job ends when its trainers' Indexed Job says Complete or Failed (or its workers
-  were evicted too often, or a parameter server failed past its restarts). Then the
-  backend keeps every container's log in the store and deletes the owner, which
-  removes the parameter servers and everything else. `stop` does the same with the
-  grace period; `remove` also drops the kept logs.
+- A job's state is judged from the cache by judge.py, a pure function. It ends when its
+  trainers' Indexed Job says Complete or Failed (or its workers were evicted too often,
+  or a parameter server failed past its restarts). Then the backend keeps every
+  container's log in the store and deletes the owner, which removes the parameter
+  servers and everything else. `stop` does the same with the grace period; `remove`
+  also drops the kept logs.
+- Tasks: the informers and the quota sync run for the backend's life under
+  `common/tasks.restarting` (a crash is logged and the task started again with backoff);
+  work as it arrives (keeping a log, reading Events, a job's clean-up) is `Spawned`,
+  named, and retries itself with backoff rather than being started again.
 - Logs: a container's log is kept whole in the store when it terminates (and, for a
   restarted parameter server, its previous attempt's), so a finished job's logs and an
   earlier attempt's stay readable after the pods go. A reader merges the kept attempts
@@ -636,8 +641,7 @@ class KubernetesBackend(Backend):
             live = attempts_of(pods)
             for worker in wanted:
                 batch = await self._read_worker(worker, kept, live.get(worker, []), position, final)
-                if first and query.tail is not None and query.cursor is None:
-                    batch = batch[-query.tail :] if query.tail else []
+                batch = _tail(batch, query) if first else batch
                 if batch:
                     yield batch
             first = False
@@ -751,6 +755,14 @@ def _asked_for(worker: str, query: LogQuery) -> bool:
     """Whether a log query asks for this worker's lines (by name, and by role)."""
     role = worker.split("-", 1)[0].upper()
     return (not query.workers or worker in query.workers) and (not query.roles or role in query.roles)
+
+
+def _tail(batch: list[LogLine], query: LogQuery) -> list[LogLine]:
+    """A worker's first batch as `-n N` asks: its last N lines (none for 0); all of them
+    without `-n`, or when the reader resumes from a cursor."""
+    if query.tail is None or query.cursor is not None:
+        return batch
+    return batch[-query.tail :] if query.tail else []
 
 
 def _whole_lines(text: str, ended: bool) -> list[str]:
