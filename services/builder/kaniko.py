@@ -34,7 +34,7 @@ import structlog
 
 from paddlecloud.common.config import Config, ConfigError
 from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, read_auths
-from paddlecloud.common.kube import Kube, KubeError
+from paddlecloud.common.kube import Conflict, Kube, KubeError
 
 from . import kaniko_manifests as manifests
 from .backend import (
@@ -267,9 +267,7 @@ class KanikoBuildBackend(BuildBackend):
     async def _create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         try:
             return await self.kube.create(manifest)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
             meta = manifest["metadata"]
             existing = await self.kube.get(manifest["kind"], meta["namespace"], meta["name"])
             if existing is None:

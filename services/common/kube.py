@@ -10,8 +10,11 @@ manifests are dicts already (manifests.py), and the watch cache keeps what the A
 server sent. Every call has a timeout (`request_timeout_seconds`); a watch asks the
 server to end it after `watch_timeout_seconds`, and its reads time out a little later.
 
-Errors become `KubeError` with the API's status and message; `Gone` is the 410 of a
-list or watch whose resourceVersion is too old.
+Errors become `KubeError` with the API's status and message, as the subclass that says
+what to do about it: `NotFound` (404), `Conflict` (409: the name is taken, or a
+precondition failed), `Forbidden` (403), `Gone` (410: a list or watch whose
+resourceVersion is too old), `Unavailable` (no answer, 429 or 5xx: the server is away or
+busy, try again later). Callers catch the kind they handle instead of comparing numbers.
 """
 
 from __future__ import annotations
@@ -75,8 +78,34 @@ class KubeError(Exception):
         self.reason = reason
 
 
+class NotFound(KubeError):
+    """404: no such object (or namespace)."""
+
+
+class Conflict(KubeError):
+    """409: the name is taken (AlreadyExists), or a write's precondition failed."""
+
+
+class Forbidden(KubeError):
+    """403: not allowed (RBAC), or refused by admission (a Terminating namespace)."""
+
+
 class Gone(KubeError):
     """410: the resourceVersion asked for is no longer in the server's history."""
+
+
+class Unavailable(KubeError):
+    """The API server did not answer (status 0), is throttling (429) or failing (5xx):
+    nothing is wrong with the request, so it is worth trying again later."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    404: NotFound,
+    409: Conflict,
+    403: Forbidden,
+    410: Gone,
+    429: Unavailable,
+}
 
 
 def _error(status: int, body: Any, what: str) -> KubeError:
@@ -84,7 +113,8 @@ def _error(status: int, body: Any, what: str) -> KubeError:
     if isinstance(body, dict):
         message = f"{what}: {body.get('message') or f'HTTP {status}'}"
         reason = str(body.get("reason") or "")
-    return (Gone if status == 410 else KubeError)(status, message, reason)
+    kind = Unavailable if status == 0 or status >= 500 else _BY_STATUS.get(status, KubeError)
+    return kind(status, message, reason)
 
 
 async def _read(response: aiohttp.ClientResponse, what: str) -> bytes:
@@ -92,7 +122,7 @@ async def _read(response: aiohttp.ClientResponse, what: str) -> bytes:
     try:
         return await response.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise KubeError(0, f"{what}: the answer broke off ({exc or type(exc).__name__})") from exc
+        raise Unavailable(0, f"{what}: the answer broke off ({exc or type(exc).__name__})") from exc
     finally:
         response.release()
 
@@ -167,7 +197,7 @@ class Kube:
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             why = str(exc) or type(exc).__name__
-            raise KubeError(0, f"{method} {path}: the API server did not answer ({why})") from exc
+            raise Unavailable(0, f"{method} {path}: the API server did not answer ({why})") from exc
         return response
 
     async def _json(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
@@ -187,10 +217,8 @@ class Kube:
         res = RESOURCES[kind]
         try:
             return await self._json("GET", res.path(namespace, name), f"get {kind} {name}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def list(
         self,
@@ -205,7 +233,7 @@ class Kube:
         return body if isinstance(body, dict) else {"items": [], "metadata": {}}
 
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """Create `manifest`; KubeError 409 (reason AlreadyExists) when its name is taken."""
+        """Create `manifest`; `Conflict` (reason AlreadyExists) when its name is taken."""
         kind, meta = manifest["kind"], manifest["metadata"]
         path = RESOURCES[kind].path(meta.get("namespace"))
         return await self._json("POST", path, f"create {kind} {meta['name']}", body=dict(manifest))
@@ -252,10 +280,12 @@ class Kube:
             await self._json(
                 "DELETE", RESOURCES[kind].path(namespace, name), f"delete {kind} {name}", body=body
             )
-        except KubeError as exc:
-            if exc.status == 404 or (exc.status == 409 and uid is not None):
-                return False  # gone, or the name now belongs to a newer object
-            raise
+        except NotFound:
+            return False  # gone already
+        except Conflict:
+            if uid is None:
+                raise
+            return False  # the name now belongs to a newer object
         return True
 
     # -- streams ---------------------------------------------------------------------
@@ -282,7 +312,9 @@ class Kube:
                 try:
                     line = await response.content.readline()
                 except (aiohttp.ClientError, TimeoutError) as exc:
-                    raise KubeError(0, f"{what}: the stream broke off ({exc or type(exc).__name__})") from exc
+                    raise Unavailable(
+                        0, f"{what}: the stream broke off ({exc or type(exc).__name__})"
+                    ) from exc
                 if not line:
                     return
                 try:
@@ -343,7 +375,7 @@ class Kube:
                 try:
                     chunk = await response.content.readany()
                 except (aiohttp.ClientError, TimeoutError) as exc:
-                    raise KubeError(
+                    raise Unavailable(
                         0, f"log of {pod}: the stream broke off ({exc or type(exc).__name__})"
                     ) from exc
                 if not chunk:

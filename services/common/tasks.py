@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 import structlog
 
 log = structlog.get_logger()
+
+
+def backoff(failures: int, cap: float) -> float:
+    """Seconds to wait after `failures` failures in a row: full jitter, from 0.2 s to `cap`."""
+    return random.uniform(0, min(cap, 0.2 * 2 ** min(failures, 10)))  # noqa: S311 - not a secret
 
 
 async def run_periodically(
@@ -30,6 +37,38 @@ async def run_periodically(
             log.exception("background_step_failed", task=name, retry_in=delay)
         else:
             delay = interval
+        await asyncio.sleep(delay)
+
+
+async def restarting(
+    name: str, start: Callable[[], Coroutine[Any, Any, None]], *, max_backoff: float
+) -> None:
+    """Keep `start()` running as a task named `name`, as kopf keeps a daemon: whenever
+    that task ends — it crashed, returned, or something cancelled it — say so in the log
+    and start it again after a backoff (full jitter, capped at `max_backoff`; a run that
+    lasted longer than the cap starts the count again). Only cancelling this coroutine's
+    own task stops it, and that cancels the running one too."""
+    loop = asyncio.get_running_loop()
+    failures = 0
+    while True:
+        began = loop.time()
+        task = asyncio.create_task(start(), name=name)
+        try:
+            # wait(), not await: cancelling `task` from outside must not end this loop.
+            await asyncio.wait([task])
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        failures = 1 if loop.time() - began > max_backoff else failures + 1
+        delay = backoff(failures, max_backoff)
+        if task.cancelled():
+            log.warning("background_task_killed", task=name, restart_in=round(delay, 2))
+        elif (error := task.exception()) is not None:
+            log.error("background_task_crashed", task=name, restart_in=round(delay, 2), exc_info=error)
+        else:
+            log.warning("background_task_returned", task=name, restart_in=round(delay, 2))
         await asyncio.sleep(delay)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -165,3 +165,61 @@ async def test_a_job_the_watch_has_not_shown_yet_is_not_failed(tmp_path: Path, k
     finally:
         await backend.close()
         await store.close()
+
+
+def _runs(task: asyncio.Task[Any], informer: object) -> bool:
+    """Whether `task` is running `informer`'s list-and-watch loop."""
+    coro = task.get_coro()
+    frame = getattr(coro, "cr_frame", None)
+    return (
+        not task.done()
+        and getattr(coro, "__qualname__", "") == "Informer.run"
+        and frame is not None
+        and frame.f_locals.get("self") is informer
+    )
+
+
+@pytest.fixture
+async def backend(tmp_path: Path, kube: FakeKube) -> AsyncIterator[KubernetesBackend]:
+    """The backend alone, open against the fake, with its own SQLite store."""
+    sections = {
+        "pfs": {"datacenter": "dc1"},
+        "jobs": {"backend": "kubernetes", "kubernetes": kube_settings(tmp_path, kube)},
+    }
+    config = make_config(tmp_path, **sections)
+    store = open_store(config.store_url())
+    await store.open()
+    opened = KubernetesBackend(config, store)
+    await opened.open()
+    yield opened
+    await opened.close()
+    await store.close()
+
+
+async def test_a_killed_informer_is_started_again_and_sees_what_changed(
+    kube: FakeKube, backend: KubernetesBackend
+) -> None:
+    """An informer's task that ends (killed here; a crash ends it the same way) is started
+    again, listing first: what changed while it was down and what changes after both
+    reach the cache, which is never left stale by a dead task."""
+
+    def owner(name: str, job_id: str) -> dict[str, Any]:
+        labels = job_labels("alice", name, job_id)
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
+        }
+
+    kube.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    configmaps = backend._informers["ConfigMap"]
+    first = next(t for t in asyncio.all_tasks() if _runs(t, configmaps))
+    first.cancel()
+    kube.create("configmaps", owner("while-down", "b" * 32))
+    await eventually(
+        lambda: any(_runs(t, configmaps) and t is not first for t in asyncio.all_tasks()),
+        "the informer to be started again",
+    )
+    await eventually(lambda: configmaps.of_job("b" * 32), "what changed while it was down")
+    kube.create("configmaps", owner("after", "c" * 32))
+    await eventually(lambda: configmaps.of_job("c" * 32), "what changed after")

@@ -7,11 +7,16 @@
 - `observe`, `workers` and `logs` read the watch cache (cache.py); nothing polls the
   API server per job. While the API server is unreachable the job keeps its state
   with a reason that says so: an outage never fails a job.
-- A job ends when its trainers' Indexed Job says Complete or Failed (or its workers
-  were evicted too often, or a parameter server failed past its restarts). Then the
-  backend keeps every container's log in the store and deletes the owner, which
-  removes the parameter servers and everything else. `stop` does the same with the
-  grace period; `remove` also drops the kept logs.
+- A job's state is judged from the cache by judge.py, a pure function. It ends when its
+  trainers' Indexed Job says Complete or Failed (or its workers were evicted too often,
+  or a parameter server failed past its restarts). Then the backend keeps every
+  container's log in the store and deletes the owner, which removes the parameter
+  servers and everything else. `stop` does the same with the grace period; `remove`
+  also drops the kept logs.
+- Tasks: the informers and the quota sync run for the backend's life under
+  `common/tasks.restarting` (a crash is logged and the task started again with backoff);
+  work as it arrives (keeping a log, reading Events, a job's clean-up) is `Spawned`,
+  named, and retries itself with backoff rather than being started again.
 - Logs: a container's log is kept whole in the store when it terminates (and, for a
   restarted parameter server, its previous attempt's), so a finished job's logs and an
   earlier attempt's stay readable after the pods go. A reader merges the kept attempts
@@ -30,8 +35,8 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import AsyncGenerator, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,10 +44,11 @@ import structlog
 
 from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor
-from paddlecloud.common.kube import Kube, KubeError
+from paddlecloud.common.kube import Conflict, Kube, KubeError, NotFound, Unavailable
 from paddlecloud.common.quantity import parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Job, KeptLog, Quota, Store
-from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATES
+from paddlecloud.common.store.models import SUCCEEDED, TERMINAL_STATES
+from paddlecloud.common.tasks import Spawned, backoff, restarting
 
 from ..backend import (
     Backend,
@@ -52,27 +58,28 @@ from ..backend import (
     NotYet,
     Observation,
     ObservedEvent,
+    PlannedWorker,
     StartFailed,
     WorkerInfo,
     planned_workers,
 )
-from ..exits import WORKER_STOPPED, describe_exit
+from ..exits import WORKER_STOPPED
 from ..spec import JobSpec
 from . import manifests
-from .cache import Informer, backoff
+from .cache import Informer
+from .judge import Observed, Recorded, Rules, exit_words, iso, judge
 from .names import (
     ANNOTATION_USER,
-    COMPLETION_INDEX,
-    INDEX_FAILURES,
     LABEL_JOB_ID,
-    LABEL_ROLE,
-    POD_INDEX,
     QUOTA_NAME,
     managed_selector,
     namespace_for,
     owner_name,
     pserver_name,
 )
+from .pods import Attempt, attempts_of, main_status, worker_of
+from .pods import meta as _meta
+from .pods import status as _status
 
 log = structlog.get_logger("paddlecloud.jobs.kube")
 
@@ -80,147 +87,36 @@ KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
 # How often a stuck PENDING job's Kubernetes events are read for a refusal (quota).
 EVENT_CHECK_SECONDS = 5.0
 LOG_POLL_SECONDS = 0.5
-PULL_FAILURE = "cannot pull image"
+# A log kept when its container ends is tried this many times, backing off, before it is
+# left to the job's final clean-up (which keeps every log again).
+KEEP_TRIES = 5
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(datetime.now(UTC))
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
+_PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "SUCCEEDED", "Failed": "FAILED"}
 
 
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("status") or {}
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in _status(obj).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return dict(cond)
-    return None
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One run of one container: a pod of an Indexed Job, or a restart in place of a
-    parameter server's container. `key` sorts a worker's attempts in the order they ran."""
-
-    worker: str
-    role: str
-    index: int
-    key: str
-    pod: str
-    namespace: str
-    container: str
-    restart: int
-    previous: bool  # its log is the container's previous one (it was restarted since)
-    running: bool
-    terminated: dict[str, Any] | None
-    started_at: str | None = None
-
-
-def _worker_of(pod: dict[str, Any]) -> tuple[str, str, int] | None:
-    meta = _meta(pod)
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    role = str(labels.get(LABEL_ROLE) or "").upper()
-    raw = annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX) or labels.get(POD_INDEX)
-    if raw is None and role == "PSERVER":
-        raw = str(meta.get("name", "")).rsplit("-", 1)[-1]
-    if role not in ("PSERVER", "TRAINER") or raw is None or not str(raw).isdigit():
-        return None
-    return f"{role.lower()}-{int(raw)}", role, int(raw)
-
-
-def _main_status(pod: dict[str, Any]) -> dict[str, Any] | None:
-    statuses = _status(pod).get("containerStatuses") or []
-    return statuses[0] if statuses else None
-
-
-def attempts_of(pods: Iterable[dict[str, Any]]) -> dict[str, list[Attempt]]:
-    """Every container attempt the pods show, by worker, oldest first."""
-    result: dict[str, list[Attempt]] = {}
-    for pod in pods:
-        for attempt in _pod_attempts(pod):
-            result.setdefault(attempt.worker, []).append(attempt)
-    for items in result.values():
-        items.sort(key=lambda a: a.key)
-    return result
-
-
-def _pod_attempts(pod: dict[str, Any]) -> list[Attempt]:
-    """The attempts of one pod's main container: its current one, and the one before
-    when it was restarted in place (the kubelet keeps the previous log only)."""
-    who = _worker_of(pod)
-    cs = _main_status(pod)
-    if who is None or cs is None:
-        return []
-    worker, role, index = who
-    meta = _meta(pod)
-    # An Indexed Job's retries of one index are ordered by the failures before them
-    # (creationTimestamp has whole seconds only); a StatefulSet pod by when it was made.
-    failures = (meta.get("annotations") or {}).get(INDEX_FAILURES, "0")
-    failures = int(failures) if str(failures).isdigit() else 0
-    base = f"{failures:05d}|{meta.get('creationTimestamp', '')}|{meta.get('name', '')}"
-
-    def attempt(restart: int, previous: bool, now: dict[str, Any]) -> Attempt:
-        ran = now.get("running") or now.get("terminated") or {}
-        return Attempt(
-            worker=worker,
-            role=role,
-            index=index,
-            key=f"{base}|{restart:05d}",
-            pod=str(meta.get("name")),
-            namespace=str(meta.get("namespace")),
-            container=str(cs.get("name")),
-            restart=restart,
-            previous=previous,
-            running=bool(now.get("running")),
-            terminated=now.get("terminated"),
-            started_at=ran.get("startedAt"),
-        )
-
-    restarts = int(cs.get("restartCount") or 0)
-    state, last = cs.get("state") or {}, cs.get("lastState") or {}
-    found = []
-    if restarts and last.get("terminated"):
-        found.append(attempt(restarts - 1, True, last))
-    if state.get("running") or state.get("terminated"):
-        found.append(attempt(restarts, False, state))
-    return found
-
-
-def _exit_words(terminated: dict[str, Any], memory: str) -> str:
-    code = int(terminated.get("exitCode") or 0)
-    if terminated.get("reason") == "OOMKilled":
-        return describe_exit(code, f"OOMKilled: it used more than its {memory} of memory — raise -memory")
-    return describe_exit(code)
-
-
-def _pending_reason(pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
-    """Why pods wait, in the scheduler's and the kubelet's words, and the pod that waits."""
-    for pod in sorted(pods, key=lambda p: str(_meta(p).get("name"))):
-        name = str(_meta(pod).get("name"))
-        for cond in _status(pod).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                return f"cannot be scheduled: {cond.get('message') or cond.get('reason')} (pod {name})", pod
-        for cs in (_status(pod).get("initContainerStatuses") or []) + (
-            _status(pod).get("containerStatuses") or []
-        ):
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
-                why = waiting.get("message") or waiting.get("reason")
-                return f"{PULL_FAILURE} {cs.get('image')}: {why}", pod
-    return None
-
-
-def _age_seconds(obj: dict[str, Any]) -> float:
-    created = str(_meta(obj).get("creationTimestamp") or "")
-    try:
-        return (datetime.now(UTC) - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
-        return 0.0
+def _worker_info(planned: PlannedWorker, pod: dict[str, Any], replaced: int, stopped: bool) -> WorkerInfo:
+    """A planned worker as its newest pod shows it. `replaced` counts the pods it had
+    before, whose ends count as restarts with the container's own; `stopped`: the platform
+    stopped it (a parameter server of a job that succeeded), whatever its pod says."""
+    cs = main_status(pod) or {}
+    state = cs.get("state") or {}
+    terminated = state.get("terminated")
+    phase = str(_status(pod).get("phase") or "Pending")
+    return WorkerInfo(
+        planned.name,
+        planned.role,
+        planned.index,
+        WORKER_STOPPED if stopped else _PHASES.get(phase, phase.upper()),
+        restarts=int(cs.get("restartCount") or 0) + replaced,
+        started_at=(state.get("running") or terminated or {}).get("startedAt"),
+        exit_code=int(terminated["exitCode"]) if terminated else None,
+        host=(pod.get("spec") or {}).get("nodeName"),
+    )
 
 
 class KubernetesBackend(Backend):
@@ -239,10 +135,14 @@ class KubernetesBackend(Backend):
         self._tenancy: dict[str, Quota | None] = {}  # namespace → the quota it was given
         self._users: dict[str, str] = {}  # namespace → user, for the quota sync
         self._kept: dict[str, dict[tuple[str, str], bool]] = {}  # job id → (worker, attempt) → whole
-        self._finishing: dict[str, asyncio.Task[None]] = {}
+        self._finishing: dict[str, asyncio.Task[None]] = {}  # job id → its final clean-up
         self._refusals: dict[str, tuple[float, str | None]] = {}  # job id → (checked, quota event)
-        self._background: set[asyncio.Task[None]] = set()
-        self._keeping: set[tuple[str, str, str]] = set()  # (job id, worker, attempt) being kept
+        # Tasks started as work arrives (a log to keep, Events to read, a clean-up): named,
+        # a crash logged at once, cancelled by close().
+        self._spawned = Spawned()
+        self._rules = Rules(self._settings.max_evictions, self._settings.image_pull_timeout_seconds)
+        # (job id, worker, attempt) whose log is being kept, or given up on until the clean-up
+        self._keeping: set[tuple[str, str, str]] = set()
         self._stopped: set[str] = set()  # killed: the service records KILLED, not what is left
 
     # -- life --------------------------------------------------------------------------
@@ -269,8 +169,8 @@ class KubernetesBackend(Backend):
                 on_change=self._changed if kind == "Pod" else None,
             )
             self._informers[kind] = informer
-            self._tasks.append(asyncio.create_task(informer.run(), name=f"kube-watch-{kind}"))
-        self._tasks.append(asyncio.create_task(self._sync_quotas(), name="kube-quota-sync"))
+            self._keep_running(f"kube-watch-{kind}", informer.run)
+        self._keep_running("kube-quota-sync", self._sync_quotas)
         try:
             await asyncio.wait_for(self._synced(), self._settings.request_timeout_seconds)
         except TimeoutError:
@@ -280,12 +180,22 @@ class KubernetesBackend(Backend):
     async def _synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self._informers.values()))
 
-    async def close(self) -> None:
-        for task in [*self._tasks, *self._background, *self._finishing.values()]:
-            task.cancel()
-        await asyncio.gather(
-            *self._tasks, *self._background, *self._finishing.values(), return_exceptions=True
+    def _keep_running(self, name: str, start: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """A task for the backend's life, as kopf runs a daemon: `name` runs `start()` in a
+        task of its own (`name` + "-run"), restarted with backoff whenever it crashes, returns
+        or is killed; cancelling the `name` task (close) stops both."""
+        self._tasks.append(
+            asyncio.create_task(
+                restarting(f"{name}-run", start, max_backoff=self._settings.max_backoff_seconds),
+                name=name,
+            )
         )
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._spawned.cancel()
         self._tasks.clear()
         if self._kube is not None:
             await self._kube.close()
@@ -379,12 +289,10 @@ class KubernetesBackend(Backend):
             uid = str(_meta(owner)["uid"])
             for manifest in manifests.job_objects(replace(plan, owner_uid=uid)):
                 await self._create_owned(manifest, launch.job.id)
+        except Unavailable as exc:
+            # An outage is not the job's fault: it waits, and starts once the API answers.
+            raise NotYet(f"the Kubernetes API is not answering ({exc}); the job starts once it does") from exc
         except KubeError as exc:
-            if exc.status in (0, 429) or exc.status >= 500:
-                # An outage is not the job's fault: it waits, and starts once the API answers.
-                raise NotYet(
-                    f"the Kubernetes API is not answering ({exc}); the job starts once it does"
-                ) from exc
             raise StartFailed(f"Kubernetes refused the job: {exc}") from exc
         log.info("kube_job_created", job=launch.job.name, owner=launch.job.owner, namespace=plan.namespace)
         return {"namespace": plan.namespace, "owner_uid": uid}
@@ -401,9 +309,8 @@ class KubernetesBackend(Backend):
         """Create, or adopt what a previous try of this job created (409)."""
         try:
             return await self.kube.create(manifest)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
+            pass  # made by an earlier try, or another job's: read on
         kind, meta = manifest["kind"], manifest["metadata"]
         if kind == "Secret":  # never read back: replaced whole, as the service may not read Secrets
             return await self.kube.replace(manifest)
@@ -445,9 +352,8 @@ class KubernetesBackend(Backend):
         try:
             await self.kube.create(manifest)
             return
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
+            pass  # it exists: bring it to the manifest
         meta = manifest["metadata"]
         patch: dict[str, Any] = {"metadata": {"labels": meta.get("labels") or {}}}
         for field in ("spec", "data"):
@@ -500,17 +406,27 @@ class KubernetesBackend(Backend):
         owner, trainers, pods = self._objects(job)
         if owner is None and not await self._owner_gone(job):
             return Observation(job.state, job.reason, cursor=cursor)  # the watch has yet to show it
-        attempts = attempts_of(pods)
-        events = self._new_events(attempts, reported)
-        state, reason, started, finished = self._judge(job, owner, trainers, pods, attempts)
-        if state == SUCCEEDED:
-            events += _stopped_events(job, reported, finished or _now())
-        new_cursor = _encode_reported(reported)
-        if state in TERMINAL_STATES and job.id not in self._finishing:
-            task = asyncio.create_task(self._finish(job), name=f"kube-finish-{job.name}")
-            self._finishing[job.id] = task
-            task.add_done_callback(functools.partial(self._finished, job.id))
-        return Observation(state, reason, started, finished, tuple(events), new_cursor)
+        spec = _spec_of(job)
+        observed = Observed(owner, trainers, pods, refusal=self._refusals.get(job.id, (0.0, None))[1])
+        recorded = Recorded(job.state, job.reason, job.started_at.isoformat() if job.started_at else None)
+        verdict = judge(spec, recorded, observed, self._rules, datetime.now(UTC))
+        if verdict.read_events and trainers is not None:
+            self._check_refusal(job, trainers)
+        else:
+            self._refusals.pop(job.id, None)
+        events = self._new_events(observed.attempts, reported)
+        if verdict.state == SUCCEEDED:
+            events += _stopped_events(spec, reported, verdict.finished_at or _now())
+        if verdict.state in TERMINAL_STATES:
+            self._finish_once(job)
+        return Observation(
+            verdict.state,
+            verdict.reason,
+            verdict.started_at,
+            verdict.finished_at,
+            tuple(events),
+            _encode_reported(reported),
+        )
 
     async def _owner_gone(self, job: Job) -> bool:
         """Whether the job's owner is really gone, asked of the API server itself: the cache
@@ -522,113 +438,13 @@ class KubernetesBackend(Backend):
             return False
         return owner is None or (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID) != job.id
 
-    def _judge(
-        self,
-        job: Job,
-        owner: dict[str, Any] | None,
-        trainers: dict[str, Any] | None,
-        pods: list[dict[str, Any]],
-        attempts: dict[str, list[Attempt]],
-    ) -> tuple[str, str, str | None, str | None]:
-        spec = job.spec
-        trainer_runs = [a for items in attempts.values() for a in items if a.role == "TRAINER"]
-        # RUNNING once a trainer's program runs (never before); its first start is the job's.
-        running = sorted(str(a.started_at) for a in trainer_runs if a.running and a.started_at)
-        started = running[0] if running else None
-        first_start = min((str(a.started_at) for a in trainer_runs if a.started_at), default=None)
-        if owner is None:
-            return FAILED, "its Kubernetes objects were deleted outside PaddleCloud", first_start, _now()
-        if trainers is not None:
-            done = _condition(trainers, "Complete")
-            if done is not None:
-                finished = _status(trainers).get("completionTime") or done.get("lastTransitionTime")
-                return SUCCEEDED, "every trainer exited 0", first_start, finished
-            failed = _condition(trainers, "Failed")
-            if failed is not None:
-                return (
-                    FAILED,
-                    self._failure(spec, attempts, failed),
-                    first_start,
-                    failed.get("lastTransitionTime"),
-                )
-        evicted = [
-            p for p in pods if _status(p).get("reason") == "Evicted" or _condition(p, "DisruptionTarget")
-        ]
-        if len(evicted) > self._settings.max_evictions:
-            return (
-                FAILED,
-                f"its pods were evicted {len(evicted)} times (more than {self._settings.max_evictions})",
-                first_start,
-                _now(),
-            )
-        max_restarts = int(spec.get("max_restarts") or 0)
-        for worker, items in sorted(attempts.items()):
-            if items and items[0].role == "PSERVER":
-                failures = [a for a in items if a.terminated]
-                if len(failures) > max_restarts:
-                    how = _exit_words(failures[-1].terminated or {}, str(spec.get("psmemory")))
-                    return FAILED, f"{worker} {how} after {max_restarts} restarts", first_start, _now()
-        if started is not None:
-            return RUNNING, "running", first_start, None
-        if job.state == RUNNING:
-            return (
-                RUNNING,
-                job.reason or "running",
-                job.started_at.isoformat() if job.started_at else None,
-                None,
-            )
-        found = _pending_reason(pods)
-        waiting = found[0] if found else None
-        if found and waiting and waiting.startswith(PULL_FAILURE):
-            limit = self._settings.image_pull_timeout_seconds
-            if _age_seconds(found[1]) > limit:
-                return FAILED, f"{waiting} (for more than {limit:g} s)", None, _now()
-        if waiting is None:
-            waiting = self._refusal(job, trainers, pods)
-        if waiting is None:
-            ps_ready = sum(
-                1 for p in pods if (_worker_of(p) or ("", "", 0))[1] == "PSERVER" and _condition(p, "Ready")
-            )
-            wanted = int(spec.get("pservers") or 0)
-            if wanted and ps_ready < wanted:
-                waiting = f"waiting for the parameter servers: {ps_ready} of {wanted} ready"
-            else:
-                waiting = "waiting for the trainers' pods to start"
-        return PENDING, waiting, None, None
-
-    def _failure(
-        self, spec: dict[str, Any], attempts: dict[str, list[Attempt]], condition: dict[str, Any]
-    ) -> str:
-        """Why the trainers' Job failed, in words: the last failed trainer's exit."""
-        failed = [
-            a
-            for items in attempts.values()
-            for a in items
-            if a.role == "TRAINER" and a.terminated and int(a.terminated.get("exitCode") or 0) != 0
-        ]
-        if not failed:
-            return f"the trainers failed: {condition.get('message') or condition.get('reason')}"
-        last = max(failed, key=lambda a: a.key)
-        tries = sum(1 for a in attempts[last.worker] if a.terminated)
-        restarts = tries - 1
-        plural = "" if restarts == 1 else "s"
-        how = _exit_words(last.terminated or {}, str(spec.get("memory")))
-        return f"{last.worker} {how} after {restarts} restart{plural}"
-
-    def _refusal(self, job: Job, trainers: dict[str, Any] | None, pods: list[dict[str, Any]]) -> str | None:
-        """A quota refusal of the trainers' pods, from the Job's events (read at most every
-        EVENT_CHECK_SECONDS, in the background, while the job has fewer pods than it asks)."""
-        wanted = int(job.spec.get("trainers") or 1) + int(job.spec.get("pservers") or 0)
-        if trainers is None or len(pods) >= wanted:
-            self._refusals.pop(job.id, None)
-            return None
+    def _check_refusal(self, job: Job, trainers: dict[str, Any]) -> None:
+        """Read the trainers' Job's Events for a quota refusal, in the background, at most
+        every EVENT_CHECK_SECONDS while the job waits with fewer pods than it asks for."""
         checked, message = self._refusals.get(job.id, (0.0, None))
         if time.monotonic() - checked > EVENT_CHECK_SECONDS:
             self._refusals[job.id] = (time.monotonic(), message)
-            task = asyncio.create_task(self._read_refusal(job, _meta(trainers)))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-        return message
+            self._spawned.spawn(f"kube-events-{job.name}", self._read_refusal(job, _meta(trainers)))
 
     async def _read_refusal(self, job: Job, meta: dict[str, Any]) -> None:
         try:
@@ -659,7 +475,7 @@ class KubernetesBackend(Backend):
                     if code == 0:
                         events.append(ObservedEvent(when, "Normal", "WorkerSucceeded", f"{worker} exited 0"))
                     else:
-                        how = _exit_words(attempt.terminated, "its limit")
+                        how = exit_words(attempt.terminated, "its limit")
                         events.append(ObservedEvent(when, "Warning", "WorkerFailed", f"{worker} {how}"))
         return events
 
@@ -667,50 +483,28 @@ class KubernetesBackend(Backend):
 
     async def workers(self, job: Job) -> list[WorkerInfo]:
         _, _, pods = self._objects(job)
-        latest: dict[str, tuple[dict[str, Any], int]] = {}
-        tries: dict[str, int] = {}
+        latest: dict[str, dict[str, Any]] = {}  # worker → its newest pod
+        tries: dict[str, int] = {}  # worker → how many pods it has had
         for pod in sorted(pods, key=lambda p: str(_meta(p).get("creationTimestamp") or "")):
-            who = _worker_of(pod)
-            if who is None:
-                continue
-            tries[who[0]] = tries.get(who[0], 0) + 1
-            latest[who[0]] = (pod, who[2])
+            who = worker_of(pod)
+            if who is not None:
+                tries[who[0]] = tries.get(who[0], 0) + 1
+                latest[who[0]] = pod
         result = []
         for planned in planned_workers(_spec_of(job)):
-            found = latest.get(planned.name)
             # The job's success stopped its parameter servers (their StatefulSet is deleted):
             # they show that, not the job's state nor how their pods ended.
             stopped = job.state == SUCCEEDED and planned.role == "PSERVER"
-            if found is None:
+            newest = latest.get(planned.name)
+            if newest is None:
                 state = "PENDING" if job.state not in TERMINAL_STATES else job.state
-                state = WORKER_STOPPED if stopped else state
-                result.append(WorkerInfo(planned.name, planned.role, planned.index, state))
-                continue
-            pod, _ = found
-            cs = _main_status(pod) or {}
-            restarts = int(cs.get("restartCount") or 0) + tries[planned.name] - 1
-            terminated = (cs.get("state") or {}).get("terminated")
-            phase = str(_status(pod).get("phase") or "Pending")
-            state = {
-                "Pending": "PENDING",
-                "Running": "RUNNING",
-                "Succeeded": "SUCCEEDED",
-                "Failed": "FAILED",
-            }.get(phase, phase.upper())
-            state = WORKER_STOPPED if stopped else state
-            started = ((cs.get("state") or {}).get("running") or terminated or {}).get("startedAt")
-            result.append(
-                WorkerInfo(
-                    planned.name,
-                    planned.role,
-                    planned.index,
-                    state,
-                    restarts=restarts,
-                    started_at=started,
-                    exit_code=int(terminated["exitCode"]) if terminated else None,
-                    host=(pod.get("spec") or {}).get("nodeName"),
+                result.append(
+                    WorkerInfo(
+                        planned.name, planned.role, planned.index, WORKER_STOPPED if stopped else state
+                    )
                 )
-            )
+            else:
+                result.append(_worker_info(planned, newest, tries[planned.name] - 1, stopped))
         return result
 
     # -- logs --------------------------------------------------------------------------
@@ -731,35 +525,41 @@ class KubernetesBackend(Backend):
                     and not self._kept.get(job_id, {}).get(key[1:])
                 ):
                     self._keeping.add(key)
-                    self._spawn(self._keep_once(key, attempt))
+                    self._spawned.spawn(f"kube-keep-{attempt.pod}", self._keep_once(key, attempt))
 
     async def _keep_once(self, key: tuple[str, str, str], attempt: Attempt) -> None:
-        try:
-            await self._keep(key[0], attempt)
-        finally:
-            self._keeping.discard(key)
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        """Keep an ended attempt's log. A failure is retried here, backing off, up to
+        KEEP_TRIES times, and then left to the job's final clean-up (which keeps every log):
+        the key stays in `_keeping` meanwhile, so the pod's later changes start no other try."""
+        for tries in range(1, KEEP_TRIES + 1):
+            try:
+                await self._keep(key[0], attempt)
+                break
+            except NotFound:
+                break  # the pod went, and its log with it
+            except Exception as exc:  # the API server's or the store's failure: try again
+                if tries == KEEP_TRIES:
+                    log.warning("log_not_kept", job_id=key[0], worker=attempt.worker, error=str(exc))
+                    return  # given up until the clean-up: still in _keeping
+                delay = backoff(tries, self._settings.max_backoff_seconds)
+                log.warning(
+                    "log_keep_failed", job_id=key[0], worker=attempt.worker, error=str(exc), retry_in=delay
+                )
+                await asyncio.sleep(delay)
+        self._keeping.discard(key)
 
     async def _keep(self, job_id: str, attempt: Attempt) -> None:
         """Save one attempt's log in the store (whole once it has ended)."""
         kept = self._kept.setdefault(job_id, {})
         if kept.get((attempt.worker, attempt.key)):
             return
-        try:
-            text = await self.kube.log(
-                attempt.namespace,
-                attempt.pod,
-                attempt.container,
-                previous=attempt.previous,
-                limit_bytes=None,
-            )
-        except KubeError as exc:
-            log.warning("log_not_kept", job_id=job_id, worker=attempt.worker, error=str(exc))
-            return
+        text = await self.kube.log(
+            attempt.namespace,
+            attempt.pod,
+            attempt.container,
+            previous=attempt.previous,
+            limit_bytes=None,
+        )
         limit = self._settings.kept_log_bytes
         if len(text) > limit:
             cut = text[-limit:]
@@ -772,27 +572,48 @@ class KubernetesBackend(Backend):
         kept[(attempt.worker, attempt.key)] = attempt.terminated is not None
 
     async def _keep_all(self, job: Job) -> None:
+        """Keep every attempt's log; one the API server will not give is left out, said so."""
         _, _, pods = self._objects(job)
         for items in attempts_of(pods).values():
             for attempt in items:
-                await self._keep(job.id, attempt)
+                try:
+                    await self._keep(job.id, attempt)
+                except KubeError as exc:
+                    log.warning("log_not_kept", job_id=job.id, worker=attempt.worker, error=str(exc))
+
+    def _finish_once(self, job: Job) -> None:
+        """Start the job's final clean-up unless it runs already. The one task retries,
+        backing off, until it is done: a failing clean-up is never started again by the
+        next observation, and `logs -f` ends only once it is done."""
+        if job.id in self._finishing:
+            return
+        task = self._spawned.spawn(f"kube-finish-{job.name}", self._finish(job))
+        self._finishing[job.id] = task
+        task.add_done_callback(functools.partial(self._finished, job.id))
 
     def _finished(self, job_id: str, _: asyncio.Task[None]) -> None:
         self._finishing.pop(job_id, None)
+        self._keeping = {key for key in self._keeping if key[0] != job_id}
 
     async def _finish(self, job: Job) -> None:
         """The job is final: keep its logs, then delete its objects; again, backing off,
-        while the API server fails (a restart's sweep finishes it otherwise)."""
+        while that fails (a restart's sweep finishes it otherwise)."""
         failures = 0
         while True:
             try:
                 await self._keep_all(job)
                 await self._delete(job, grace_seconds=None)
                 break
-            except KubeError as exc:
+            except Exception as exc:  # the API server's or the store's failure: tried again here
                 failures += 1
                 delay = backoff(failures, self._settings.max_backoff_seconds)
-                log.warning("kube_cleanup_failed", job=job.name, error=str(exc), retry_in=round(delay, 2))
+                log.warning(
+                    "kube_cleanup_failed",
+                    job=job.name,
+                    error=str(exc) or type(exc).__name__,
+                    retry_in=round(delay, 2),
+                    exc_info=not isinstance(exc, KubeError),  # an API refusal needs no traceback
+                )
                 await asyncio.sleep(delay)
         self._kept.pop(job.id, None)
 
@@ -810,12 +631,7 @@ class KubernetesBackend(Backend):
 
     async def _logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         names = [w.name for w in planned_workers(_spec_of(job))]
-        wanted = [
-            n
-            for n in names
-            if (not query.workers or n in query.workers)
-            and (not query.roles or n.split("-", 1)[0].upper() in query.roles)
-        ]
+        wanted = [n for n in names if _asked_for(n, query)]
         position = _decode_position(query.cursor, names) if query.cursor else {}
         first = True
         while True:
@@ -824,9 +640,8 @@ class KubernetesBackend(Backend):
             _, _, pods = self._objects(job)
             live = attempts_of(pods)
             for worker in wanted:
-                batch = await self._read_worker(job, worker, kept, live.get(worker, []), position, final)
-                if first and query.tail is not None and query.cursor is None:
-                    batch = batch[-query.tail :] if query.tail else []
+                batch = await self._read_worker(worker, kept, live.get(worker, []), position, final)
+                batch = _tail(batch, query) if first else batch
                 if batch:
                     yield batch
             first = False
@@ -840,7 +655,6 @@ class KubernetesBackend(Backend):
 
     async def _read_worker(
         self,
-        job: Job,
         worker: str,
         kept: dict[tuple[str, str], str],
         live: list[Attempt],
@@ -849,29 +663,14 @@ class KubernetesBackend(Backend):
     ) -> list[LogLine]:
         """The worker's lines after its position, attempt by attempt: kept text where the
         attempt was kept, the pod's log where it is still live."""
-        attempts = {key: None for (w, key) in kept if w == worker}
-        attempts.update({a.key: a for a in live})  # type: ignore[misc]
+        attempts: dict[str, Attempt | None] = {key: None for (w, key) in kept if w == worker}
+        attempts.update({a.key: a for a in live})
         done_key, done_lines = position.get(worker, ("", 0))
         lines: list[LogLine] = []
-        for key in sorted(attempts):
-            if key < done_key:
-                continue
+        for key in sorted(k for k in attempts if k >= done_key):
             attempt = attempts[key]
             ended = attempt is None or attempt.terminated is not None or final
-            if attempt is None or (not attempt.running and (worker, key) in kept):
-                text = kept.get((worker, key), "")
-            else:
-                try:
-                    text = await self.kube.log(
-                        attempt.namespace, attempt.pod, attempt.container, previous=attempt.previous
-                    )
-                except KubeError:
-                    text = kept.get((worker, key), "")
-            rows = text.split("\n")
-            if rows and rows[-1] == "":
-                rows.pop()
-            elif rows and not ended:
-                rows.pop()  # a line still being written comes whole next time
+            rows = _whole_lines(await self._attempt_text(worker, key, attempt, kept), ended)
             skip = done_lines if key == done_key else 0
             for number, row in enumerate(rows[skip:], start=skip + 1):
                 position[worker] = (key, number)
@@ -879,6 +678,20 @@ class KubernetesBackend(Backend):
             if key != done_key and not rows:
                 position[worker] = (key, 0)
         return lines
+
+    async def _attempt_text(
+        self, worker: str, key: str, attempt: Attempt | None, kept: dict[tuple[str, str], str]
+    ) -> str:
+        """An attempt's log: the kept copy once it was kept and is not running, else the
+        pod's (the kept copy again when the API server will not give it)."""
+        if attempt is None or (not attempt.running and (worker, key) in kept):
+            return kept.get((worker, key), "")
+        try:
+            return await self.kube.log(
+                attempt.namespace, attempt.pod, attempt.container, previous=attempt.previous
+            )
+        except KubeError:
+            return kept.get((worker, key), "")
 
     # -- stop and remove ---------------------------------------------------------------
 
@@ -938,16 +751,41 @@ class KubernetesBackend(Backend):
         return swept
 
 
+def _asked_for(worker: str, query: LogQuery) -> bool:
+    """Whether a log query asks for this worker's lines (by name, and by role)."""
+    role = worker.split("-", 1)[0].upper()
+    return (not query.workers or worker in query.workers) and (not query.roles or role in query.roles)
+
+
+def _tail(batch: list[LogLine], query: LogQuery) -> list[LogLine]:
+    """A worker's first batch as `-n N` asks: its last N lines (none for 0); all of them
+    without `-n`, or when the reader resumes from a cursor."""
+    if query.tail is None or query.cursor is not None:
+        return batch
+    return batch[-query.tail :] if query.tail else []
+
+
+def _whole_lines(text: str, ended: bool) -> list[str]:
+    """A log's lines; while its container runs, the last line without its newline is left
+    for next time, when it comes whole."""
+    rows = text.split("\n")
+    if rows and rows[-1] == "":
+        rows.pop()
+    elif rows and not ended:
+        rows.pop()
+    return rows
+
+
 def _spec_of(job: Job) -> JobSpec:
     return JobSpec.model_validate(job.spec)
 
 
 # Cursors --------------------------------------------------------------------------------
-def _stopped_events(job: Job, reported: set[str], when: str) -> list[ObservedEvent]:
+def _stopped_events(spec: JobSpec, reported: set[str], when: str) -> list[ObservedEvent]:
     """One `WorkerStopped` per parameter server of a job that succeeded, as on the local
     backend: the platform stops them (deleting their StatefulSet) once every trainer exited 0."""
     events = []
-    for index in range(int(job.spec.get("pservers") or 0)):
+    for index in range(spec.pservers):
         tag = f"pserver-{index}/stopped"
         if tag not in reported:
             reported.add(tag)

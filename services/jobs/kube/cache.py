@@ -5,21 +5,24 @@ namespace), then watches from the list's resourceVersion. A watch that ends (at 
 timeout) starts again from the last resourceVersion seen; one answered 410 Gone lists
 again, so no transition is missed: the list is the truth, and the cache is replaced by
 it. Failures back off from 0.2 s to `max_backoff_seconds` with full jitter, and `error`
-says what is wrong meanwhile, for the job's reason. `observe`, `workers` and the log
-readers read the cache; nothing polls the API server per job.
+says what is wrong meanwhile, for the job's reason. Anything else that goes wrong ends
+`run`: the backend runs it under `common/tasks.restarting`, which logs the crash and
+starts it again with backoff, and a start lists first, so the cache is never left stale
+by a dead task. `observe`, `workers` and the log readers read the cache; nothing polls
+the API server per job.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from paddlecloud.common.kube import Gone, Kube, KubeError
+from paddlecloud.common.kube import Gone, Kube, KubeError, Unavailable
+from paddlecloud.common.tasks import backoff
 
 from .names import LABEL_JOB_ID
 
@@ -31,11 +34,6 @@ Key = tuple[str, str]  # namespace, name
 def _key(obj: dict[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def backoff(failures: int, cap: float) -> float:
-    """Seconds to wait after `failures` failures in a row: full jitter, from 0.2 s to `cap`."""
-    return random.uniform(0, min(cap, 0.2 * 2 ** min(failures, 10)))  # noqa: S311 - not a secret
 
 
 def job_id_of(obj: dict[str, Any]) -> str | None:
@@ -122,7 +120,8 @@ class Informer:
         return str((answer.get("metadata") or {}).get("resourceVersion") or "0")
 
     async def run(self) -> None:
-        """List and watch until cancelled."""
+        """List and watch until cancelled. The backend runs this under `restarting`: should
+        it crash, it is logged and started again, and a start lists first."""
         failures = 0
         version: str | None = None
         while True:
@@ -133,24 +132,11 @@ class Informer:
                 async for event in self._kube.watch(
                     self.kind, self._namespace, selector=self._selector, resource_version=version
                 ):
-                    obj = event.get("object") or {}
-                    kind = event.get("type")
-                    meta = obj.get("metadata") or {}
-                    version = str(meta.get("resourceVersion") or version)
-                    if kind == "BOOKMARK":
-                        continue
-                    obj.setdefault("kind", self.kind)
-                    if kind == "DELETED":
-                        self._remove(obj)
-                    else:
-                        self._put(obj)
-                    await self._notify(str(kind), obj)
+                    version = await self._apply(event, version)
                     failures = 0
                     self.error = None
                 failures = 0
                 self.error = None
-            except asyncio.CancelledError:
-                raise
             except Gone:
                 log.info("watch_expired", kind=self.kind, resource_version=version)
                 version = None
@@ -158,11 +144,24 @@ class Informer:
             except KubeError as exc:
                 failures += 1
                 self.error = str(exc)
-                if exc.status in (0, 429) or exc.status >= 500:
-                    pass  # the API server is busy, away or restarting: keep the version
-                else:
-                    version = None  # lost our place some other way: list again
+                if not isinstance(exc, Unavailable):
+                    version = None  # lost our place some other way than an outage: list again
                     self.relists += 1
                 delay = backoff(failures, self._max_backoff)
                 log.warning("watch_failed", kind=self.kind, error=str(exc), retry_in=round(delay, 2))
                 await asyncio.sleep(delay)
+
+    async def _apply(self, event: dict[str, Any], version: str) -> str:
+        """One watch event into the cache; the resourceVersion to resume from after it."""
+        obj = event.get("object") or {}
+        kind = event.get("type")
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+        if kind == "BOOKMARK":
+            return version
+        obj.setdefault("kind", self.kind)
+        if kind == "DELETED":
+            self._remove(obj)
+        else:
+            self._put(obj)
+        await self._notify(str(kind), obj)
+        return version
