@@ -11,18 +11,27 @@ from typing import Any
 import pytest
 from conftest import RealKube
 
-from kube_real import PodScript
+from kube_real import KubeClient, PodScript
 
 Obj = dict[str, Any]
 
 BUSYBOX = "busybox:1.36"
 
 
+def create_namespace(admin: KubeClient, prefix: str, labels: dict[str, str] | None = None) -> str:
+    """A fresh namespace, once its `default` ServiceAccount exists: until the real
+    ServiceAccount controller has made it, the ServiceAccount admission plugin refuses
+    every pod there (before PodSecurity even looks)."""
+    name = f"{prefix}-{secrets.token_hex(4)}"
+    admin.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels or {}}})
+    admin.wait_for(f"/api/v1/namespaces/{name}/serviceaccounts", lambda _: True, name="default")
+    return name
+
+
 @pytest.fixture
 def namespace(real_kube: RealKube) -> Iterator[str]:
     """A fresh namespace, deleted after the test (the namespace controller empties it)."""
-    name = f"smoke-{secrets.token_hex(4)}"
-    real_kube.cluster.admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    name = create_namespace(real_kube.cluster.admin, "smoke")
     yield name
     real_kube.cluster.admin.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -52,16 +61,14 @@ def test_the_cluster_comes_up_at_the_pinned_version(real_kube: RealKube) -> None
     # The controller manager made the default ServiceAccount; the API server serves RBAC.
     assert admin.get("/api/v1/namespaces/default/serviceaccounts/default")["metadata"]["name"] == "default"
     assert any(
-        r["name"] == "cluster-admin"
+        r["metadata"]["name"] == "cluster-admin"
         for r in admin.get("/apis/rbac.authorization.k8s.io/v1/clusterroles")["items"]
     )
 
 
 def test_podsecurity_restricted_refuses_a_hostpath_pod(real_kube: RealKube) -> None:
     admin = real_kube.cluster.admin
-    name = f"restricted-{secrets.token_hex(4)}"
-    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    admin.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels}})
+    name = create_namespace(admin, "restricted", {"pod-security.kubernetes.io/enforce": "restricted"})
     try:
         pod = {
             "metadata": {"name": "escape"},
@@ -94,8 +101,7 @@ def test_an_invalid_job_spec_is_refused_naming_the_field(real_kube: RealKube, na
     )
     reply = real_kube.cluster.admin.request("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", invalid)
     assert reply.status == 422, reply
-    assert "spec.podReplacementPolicy" in reply.message
-    assert "podFailurePolicy" in reply.message
+    assert 'spec.podReplacementPolicy: Unsupported value: "TerminatingOrFailed"' in reply.message
 
 
 def test_an_immutable_configmap_cannot_change(real_kube: RealKube, namespace: str) -> None:
