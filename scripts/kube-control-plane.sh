@@ -39,6 +39,14 @@ build() {
     fi
     [ -x "$GO" ] || { echo "kube-control-plane: Go is not installed (need go 1.26+)" >&2; exit 1; }
     mkdir -p "$CACHE/module" "$BIN"
+    # Two test runs starting at once (two worktrees) build once: the second waits, then
+    # finds the binaries.
+    exec 9>"$CACHE/.build.lock"
+    flock 9
+    if have_all; then
+        echo "$BIN"
+        return 0
+    fi
     export GOPATH="$CACHE/gopath" GOMODCACHE="$CACHE/gopath/pkg/mod" GOCACHE="$CACHE/gocache"
     export GOFLAGS="-buildvcs=false -mod=mod" CGO_ENABLED=0 GOTOOLCHAIN=local
     local started=$SECONDS mod="$CACHE/module"

@@ -60,6 +60,9 @@ def test_the_cluster_comes_up_at_the_pinned_version(real_kube: RealKube) -> None
     assert version["gitVersion"] == real_kube.cluster.version
     # The controller manager made the default ServiceAccount; the API server serves RBAC.
     assert admin.get("/api/v1/namespaces/default/serviceaccounts/default")["metadata"]["name"] == "default"
+    # The simulated node registered itself with GPUs, as a device plugin would advertise them.
+    node = admin.get(f"/api/v1/nodes/{real_kube.kubelet.node}")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert any(
         r["metadata"]["name"] == "cluster-admin"
         for r in admin.get("/apis/rbac.authorization.k8s.io/v1/clusterroles")["items"]
