@@ -176,3 +176,35 @@ def test_a_job_runs_through_the_real_controllers_and_scheduler(
     log = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log"
     assert admin.get(log, query={"container": "main"}) == "hello\nfrom the job\n"
     assert admin.get(log, query={"follow": "true", "tailLines": "1"}) == "from the job\n"
+
+
+def test_deleting_a_statefulset_stops_its_running_pod(real_kube: RealKube, namespace: str) -> None:
+    """The real StatefulSet controller, the garbage collector and a graceful delete that
+    only the node's kubelet may finish."""
+    admin = real_kube.cluster.admin
+    labels = {"app": "ps"}
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "ps"},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "ps",
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "main", "image": BUSYBOX, "command": ["sleep", "inf"]}]},
+            },
+        },
+    }
+    apps = f"/apis/apps/v1/namespaces/{namespace}/statefulsets"
+    admin.create(apps, sts)
+    admin.wait_for(apps, lambda s: s.get("status", {}).get("readyReplicas") == 1, name="ps")
+    pod = admin.get(f"/api/v1/namespaces/{namespace}/pods/ps-0")
+    assert pod["status"]["phase"] == "Running"
+    admin.call(
+        "DELETE",
+        f"{apps}/ps",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+    )
+    admin.wait_gone(f"/api/v1/namespaces/{namespace}/pods", "ps-0")

@@ -181,3 +181,19 @@ class KubeClient:
                 elif event["type"] == "ERROR":
                     break  # 410 Gone: list again from now
         raise TimeoutError(f"{path} {params}: condition not met in {timeout:.0f} s; last seen: {last}")
+
+    def wait_gone(self, path: str, name: str, *, timeout: float = 60.0) -> None:
+        """Returns once the object `name` of the collection at `path` no longer exists."""
+        params = {"fieldSelector": f"metadata.name={name}"}
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            listing = self.get(path, query=params)
+            if not listing["items"]:
+                return
+            rv = listing["metadata"]["resourceVersion"]
+            for event in self.watch(path, resource_version=rv, query=params, timeout=max(1, int(left))):
+                if event["type"] == "DELETED":
+                    return
+                if event["type"] == "ERROR":
+                    break
+        raise TimeoutError(f"{path}/{name} still there after {timeout:.0f} s")
