@@ -148,6 +148,27 @@ def test_a_user_without_rbac_is_refused(real_kube: RealKube, namespace: str) -> 
     assert reply.status == 403, reply
 
 
+def test_a_service_account_token_has_exactly_its_role(real_kube: RealKube, namespace: str) -> None:
+    """Tokens signed with the cluster's service-account key authenticate; RBAC then
+    grants the Role bound to the ServiceAccount and nothing more."""
+    admin = real_kube.cluster.admin
+    admin.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "reader"}})
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    admin.create(f"{rbac}/roles", {"metadata": {"name": "pod-reader"}, "rules": [rule]})
+    binding = {
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+    }
+    admin.create(f"{rbac}/rolebindings", binding)
+    reader = real_kube.cluster.service_account(namespace, "reader")
+    assert reader.request("GET", f"/api/v1/namespaces/{namespace}/pods").status == 200
+    reply = reader.request("GET", f"/api/v1/namespaces/{namespace}/secrets")
+    assert reply.status == 403, reply
+    assert f'User "system:serviceaccount:{namespace}:reader" cannot list resource "secrets"' in reply.message
+
+
 def test_a_job_runs_through_the_real_controllers_and_scheduler(
     real_kube: RealKube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,17 +40,29 @@ class ApiError(Exception):
 
 
 class KubeClient:
-    """Requests to one API server as one identity (a client certificate the cluster's CA
-    signed). Thread-safe: every request has its own connection."""
+    """Requests to one API server as one identity: a client certificate the cluster's CA
+    signed, or a bearer token (a ServiceAccount's). Thread-safe: every request has its own
+    connection."""
 
-    def __init__(self, server: str, ca_file: Path, cert_file: Path, key_file: Path) -> None:
+    def __init__(
+        self,
+        server: str,
+        ca_file: Path,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
+        *,
+        token: str | None = None,
+    ) -> None:
         parsed = urllib.parse.urlsplit(server)
         self.server = server
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 443
-        self.ca_file, self.cert_file, self.key_file = ca_file, cert_file, key_file
         self._context = ssl.create_default_context(cafile=str(ca_file))
-        self._context.load_cert_chain(str(cert_file), str(key_file))
+        if cert_file is not None and key_file is not None:
+            self._context.load_cert_chain(str(cert_file), str(key_file))
+        self._headers = {"Accept": "application/json"}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
         self._lock = threading.Lock()
         self._open: set[http.client.HTTPSConnection] = set()
 
@@ -90,7 +102,7 @@ class KubeClient:
         if query:
             path = f"{path}?{urllib.parse.urlencode(query)}"
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json"}
+        headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = content_type
         conn = self._connection(timeout)
@@ -135,9 +147,7 @@ class KubeClient:
         }
         conn = self._connection(timeout + 10.0)
         try:
-            conn.request(
-                "GET", f"{path}?{urllib.parse.urlencode(params)}", headers={"Accept": "application/json"}
-            )
+            conn.request("GET", f"{path}?{urllib.parse.urlencode(params)}", headers=self._headers)
             response = conn.getresponse()
             if response.status != 200:
                 raise ApiError("WATCH", path, Reply(response.status, json.loads(response.read() or b"{}")))

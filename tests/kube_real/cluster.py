@@ -174,6 +174,14 @@ class Cluster:
         """A client for a user that has only the rights RBAC gives `name` or `groups`."""
         return self.client(self.identity(f"user-{name}", name, groups))
 
+    def service_account(self, namespace: str, name: str) -> KubeClient:
+        """A client with a token of ServiceAccount `namespace/name` (TokenRequest, signed
+        by the API server's service-account key, as a pod's projected token is)."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+        token = self.admin.create(path, request)["status"]["token"]
+        return KubeClient(self.server, self.pki.ca_cert, token=token)
+
     def node_client(self, node: str) -> KubeClient:
         """A client that is the kubelet of `node`, as the Node authorizer knows it."""
         return self.client(self.identity(f"node-{node}", f"system:node:{node}", ["system:nodes"]))
