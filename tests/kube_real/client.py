@@ -44,24 +44,17 @@ class KubeClient:
     signed, or a bearer token (a ServiceAccount's). Thread-safe: every request has its own
     connection."""
 
-    def __init__(
-        self,
-        server: str,
-        ca_file: Path,
-        cert_file: Path | None = None,
-        key_file: Path | None = None,
-        *,
-        token: str | None = None,
-    ) -> None:
+    def __init__(self, server: str, ca: Path, *, cert: tuple[Path, Path] | None = None, token: str = ""):
+        """`cert`: a client certificate and its key; `token`: a bearer token."""
         parsed = urllib.parse.urlsplit(server)
         self.server = server
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 443
-        self._context = ssl.create_default_context(cafile=str(ca_file))
-        if cert_file is not None and key_file is not None:
-            self._context.load_cert_chain(str(cert_file), str(key_file))
+        self._context = ssl.create_default_context(cafile=str(ca))
+        if cert is not None:
+            self._context.load_cert_chain(str(cert[0]), str(cert[1]))
         self._headers = {"Accept": "application/json"}
-        if token is not None:
+        if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._lock = threading.Lock()
         self._open: set[http.client.HTTPSConnection] = set()

@@ -168,7 +168,7 @@ class Cluster:
         return Identity(cert, key, kubeconfig)
 
     def client(self, identity: Identity) -> KubeClient:
-        return KubeClient(self.server, self.pki.ca_cert, identity.cert, identity.key)
+        return KubeClient(self.server, self.pki.ca_cert, cert=(identity.cert, identity.key))
 
     def user(self, name: str, groups: Sequence[str] = ()) -> KubeClient:
         """A client for a user that has only the rights RBAC gives `name` or `groups`."""
