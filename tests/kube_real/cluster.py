@@ -246,8 +246,8 @@ class Cluster:
                 f"--listen-peer-urls={peer_url}",
                 f"--initial-advertise-peer-urls={peer_url}",
                 f"--initial-cluster=default={peer_url}",
-                # Throwaway data on a shared test machine: what Kubernetes' own integration
-                # tests run etcd with (hack/lib/etcd.sh), no fsync per write.
+                # Throwaway data on a shared test machine: no fsync per write (etcd's flag
+                # for testing and development).
                 "--unsafe-no-fsync",
                 "--log-level=warn",
             ],
