@@ -9,7 +9,8 @@ HELM   := $(BIN)/helm
 # folders named like the package); nothing a user can act on. Every other warning still shows.
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac
+.PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac \
+	kube-control-plane kube-up
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -84,8 +85,19 @@ lint: install-dev
 	$(BIN)/radon cc -s -n C --show-closures services/jobs/
 	$(BIN)/python scripts/complexity.py --max $(MAX_COMPLEXITY) services/jobs/
 
-test: lint system-deps
+test: lint system-deps kube-control-plane
 	$(BIN)/pytest
+
+# The real Kubernetes control plane the tests run against (docs/testing.md): etcd,
+# kube-apiserver, kube-controller-manager and kube-scheduler built from Kubernetes' own Go
+# modules at the version pinned in the script, at low priority, into
+# ~/.cache/paddlecloud/kube-<version> (outside the repository); nothing to do when cached.
+kube-control-plane:
+	scripts/kube-control-plane.sh build >/dev/null
+
+# The same control plane with one simulated node, for trying things by hand; Ctrl-C stops it.
+kube-up: install kube-control-plane
+	scripts/kube-control-plane.sh start $(KUBE_DIR)
 
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps
