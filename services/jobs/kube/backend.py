@@ -57,6 +57,7 @@ from ..backend import (
     planned_workers,
 )
 from ..exits import WORKER_STOPPED, describe_exit
+from ..records import JobRecord
 from ..spec import JobSpec
 from . import manifests
 from .cache import Informer, backoff
@@ -323,7 +324,7 @@ class KubernetesBackend(Backend):
 
     # -- start -------------------------------------------------------------------------
 
-    def attach(self, job: Job) -> None:
+    def attach(self, job: JobRecord) -> None:
         """After a restart: this user's quota is kept in step again from now on."""
         self._users.setdefault(self.namespace(job.owner), job.owner)
 
@@ -389,7 +390,7 @@ class KubernetesBackend(Backend):
         log.info("kube_job_created", job=launch.job.name, owner=launch.job.owner, namespace=plan.namespace)
         return {"namespace": plan.namespace, "owner_uid": uid}
 
-    async def adopt(self, job: Job) -> dict[str, Any] | None:
+    async def adopt(self, job: JobRecord) -> dict[str, Any] | None:
         """The backend record of a job whose objects exist although the store does not
         say so (the service stopped between creating them and recording it), or None."""
         owner = await self.kube.get("ConfigMap", self.namespace(job.owner), owner_name(job.name))
@@ -478,7 +479,9 @@ class KubernetesBackend(Backend):
 
     # -- observe -----------------------------------------------------------------------
 
-    def _objects(self, job: Job) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
+    def _objects(
+        self, job: Job | JobRecord
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
         owners = self._informers["ConfigMap"].of_job(job.id)
         jobs = self._informers["Job"].of_job(job.id)
         return (
@@ -487,7 +490,7 @@ class KubernetesBackend(Backend):
             self._informers["Pod"].of_job(job.id),
         )
 
-    async def observe(self, job: Job, cursor: str | None) -> Observation:
+    async def observe(self, job: JobRecord, cursor: str | None) -> Observation:
         reported = _decode_reported(cursor)
         if job.id in self._stopped:
             return Observation(job.state, job.reason, cursor=cursor)
@@ -512,7 +515,7 @@ class KubernetesBackend(Backend):
             task.add_done_callback(functools.partial(self._finished, job.id))
         return Observation(state, reason, started, finished, tuple(events), new_cursor)
 
-    async def _owner_gone(self, job: Job) -> bool:
+    async def _owner_gone(self, job: JobRecord) -> bool:
         """Whether the job's owner is really gone, asked of the API server itself: the cache
         may not have seen a just-created owner yet, and must not fail a job for that."""
         namespace = job.backend.get("namespace") or self.namespace(job.owner)
@@ -524,7 +527,7 @@ class KubernetesBackend(Backend):
 
     def _judge(
         self,
-        job: Job,
+        job: JobRecord,
         owner: dict[str, Any] | None,
         trainers: dict[str, Any] | None,
         pods: list[dict[str, Any]],
@@ -561,12 +564,12 @@ class KubernetesBackend(Backend):
                 first_start,
                 _now(),
             )
-        max_restarts = int(spec.get("max_restarts") or 0)
+        max_restarts = spec.max_restarts
         for worker, items in sorted(attempts.items()):
             if items and items[0].role == "PSERVER":
                 failures = [a for a in items if a.terminated]
                 if len(failures) > max_restarts:
-                    how = _exit_words(failures[-1].terminated or {}, str(spec.get("psmemory")))
+                    how = _exit_words(failures[-1].terminated or {}, str(spec.psmemory))
                     return FAILED, f"{worker} {how} after {max_restarts} restarts", first_start, _now()
         if started is not None:
             return RUNNING, "running", first_start, None
@@ -589,16 +592,14 @@ class KubernetesBackend(Backend):
             ps_ready = sum(
                 1 for p in pods if (_worker_of(p) or ("", "", 0))[1] == "PSERVER" and _condition(p, "Ready")
             )
-            wanted = int(spec.get("pservers") or 0)
+            wanted = spec.pservers
             if wanted and ps_ready < wanted:
                 waiting = f"waiting for the parameter servers: {ps_ready} of {wanted} ready"
             else:
                 waiting = "waiting for the trainers' pods to start"
         return PENDING, waiting, None, None
 
-    def _failure(
-        self, spec: dict[str, Any], attempts: dict[str, list[Attempt]], condition: dict[str, Any]
-    ) -> str:
+    def _failure(self, spec: JobSpec, attempts: dict[str, list[Attempt]], condition: dict[str, Any]) -> str:
         """Why the trainers' Job failed, in words: the last failed trainer's exit."""
         failed = [
             a
@@ -612,13 +613,15 @@ class KubernetesBackend(Backend):
         tries = sum(1 for a in attempts[last.worker] if a.terminated)
         restarts = tries - 1
         plural = "" if restarts == 1 else "s"
-        how = _exit_words(last.terminated or {}, str(spec.get("memory")))
+        how = _exit_words(last.terminated or {}, str(spec.memory))
         return f"{last.worker} {how} after {restarts} restart{plural}"
 
-    def _refusal(self, job: Job, trainers: dict[str, Any] | None, pods: list[dict[str, Any]]) -> str | None:
+    def _refusal(
+        self, job: JobRecord, trainers: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> str | None:
         """A quota refusal of the trainers' pods, from the Job's events (read at most every
         EVENT_CHECK_SECONDS, in the background, while the job has fewer pods than it asks)."""
-        wanted = int(job.spec.get("trainers") or 1) + int(job.spec.get("pservers") or 0)
+        wanted = job.spec.trainers + job.spec.pservers
         if trainers is None or len(pods) >= wanted:
             self._refusals.pop(job.id, None)
             return None
@@ -630,7 +633,7 @@ class KubernetesBackend(Backend):
             task.add_done_callback(self._background.discard)
         return message
 
-    async def _read_refusal(self, job: Job, meta: dict[str, Any]) -> None:
+    async def _read_refusal(self, job: JobRecord, meta: dict[str, Any]) -> None:
         try:
             answer = await self.kube.list(
                 "Event", meta.get("namespace"), fields=f"involvedObject.name={meta.get('name')}"
@@ -665,7 +668,7 @@ class KubernetesBackend(Backend):
 
     # -- workers -----------------------------------------------------------------------
 
-    async def workers(self, job: Job) -> list[WorkerInfo]:
+    async def workers(self, job: JobRecord) -> list[WorkerInfo]:
         _, _, pods = self._objects(job)
         latest: dict[str, tuple[dict[str, Any], int]] = {}
         tries: dict[str, int] = {}
@@ -771,7 +774,7 @@ class KubernetesBackend(Backend):
         await self._store.keep_log(KeptLog(job_id, attempt.worker, attempt.key, text))
         kept[(attempt.worker, attempt.key)] = attempt.terminated is not None
 
-    async def _keep_all(self, job: Job) -> None:
+    async def _keep_all(self, job: Job | JobRecord) -> None:
         _, _, pods = self._objects(job)
         for items in attempts_of(pods).values():
             for attempt in items:
@@ -780,7 +783,7 @@ class KubernetesBackend(Backend):
     def _finished(self, job_id: str, _: asyncio.Task[None]) -> None:
         self._finishing.pop(job_id, None)
 
-    async def _finish(self, job: Job) -> None:
+    async def _finish(self, job: JobRecord) -> None:
         """The job is final: keep its logs, then delete its objects; again, backing off,
         while the API server fails (a restart's sweep finishes it otherwise)."""
         failures = 0
@@ -796,7 +799,7 @@ class KubernetesBackend(Backend):
                 await asyncio.sleep(delay)
         self._kept.pop(job.id, None)
 
-    async def _delete(self, job: Job, grace_seconds: float | None) -> None:
+    async def _delete(self, job: JobRecord, grace_seconds: float | None) -> None:
         namespace = job.backend.get("namespace") or self.namespace(job.owner)
         uid = job.backend.get("owner_uid")
         await self.kube.delete(
@@ -805,10 +808,10 @@ class KubernetesBackend(Backend):
         # The parameter servers go at once, not when the garbage collector gets to them.
         await self.kube.delete("StatefulSet", namespace, pserver_name(job.name), grace_seconds=grace_seconds)
 
-    def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+    def logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         return self._logs(job, query)
 
-    async def _logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+    async def _logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         names = [w.name for w in planned_workers(_spec_of(job))]
         wanted = [
             n
@@ -834,13 +837,13 @@ class KubernetesBackend(Backend):
                 return
             await asyncio.sleep(LOG_POLL_SECONDS)
 
-    async def _final(self, job: Job) -> bool:
+    async def _final(self, job: JobRecord) -> bool:
         current = await self._store.get_job_by_id(job.id)
         return current is None or (current.state in TERMINAL_STATES and job.id not in self._finishing)
 
     async def _read_worker(
         self,
-        job: Job,
+        job: JobRecord,
         worker: str,
         kept: dict[tuple[str, str], str],
         live: list[Attempt],
@@ -882,7 +885,7 @@ class KubernetesBackend(Backend):
 
     # -- stop and remove ---------------------------------------------------------------
 
-    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
+    async def stop(self, job: JobRecord, grace_seconds: float, reason: str | None = None) -> None:
         # Nothing here records the end: the service records KILLED with `reason` itself.
         if not job.backend:
             return
@@ -893,13 +896,13 @@ class KubernetesBackend(Backend):
             log.warning("logs_not_kept_before_kill", job=job.name, error=str(exc))
         await self._delete(job, grace_seconds=grace_seconds)
 
-    def forget(self, job: Job) -> None:
+    def forget(self, job: JobRecord) -> None:
         self._refusals.pop(job.id, None)
         self._stopped.discard(job.id)
         if job.id not in self._finishing:  # else _finish drops it when it is done
             self._kept.pop(job.id, None)
 
-    async def remove(self, job: Job) -> None:
+    async def remove(self, job: JobRecord) -> None:
         if job.backend:
             await self._delete(job, grace_seconds=None)
         self._kept.pop(job.id, None)
@@ -938,16 +941,16 @@ class KubernetesBackend(Backend):
         return swept
 
 
-def _spec_of(job: Job) -> JobSpec:
-    return JobSpec.model_validate(job.spec)
+def _spec_of(job: JobRecord) -> JobSpec:
+    return job.spec
 
 
 # Cursors --------------------------------------------------------------------------------
-def _stopped_events(job: Job, reported: set[str], when: str) -> list[ObservedEvent]:
+def _stopped_events(job: JobRecord, reported: set[str], when: str) -> list[ObservedEvent]:
     """One `WorkerStopped` per parameter server of a job that succeeded, as on the local
     backend: the platform stops them (deleting their StatefulSet) once every trainer exited 0."""
     events = []
-    for index in range(int(job.spec.get("pservers") or 0)):
+    for index in range(job.spec.pservers):
         tag = f"pserver-{index}/stopped"
         if tag not in reported:
             reported.add(tag)
