@@ -163,13 +163,17 @@ class Builds:
                 return  # killed or removed while it built
             await asyncio.sleep(self._config.jobs.poll_seconds * 5)
         if state == "FAILED":
-            reason = f"the environment build failed: {build.get('reason') or 'no reason given'}"
-            current = await self._records.refresh(job)
-            if current is not None and current.state == BUILDING:
-                await self._records.event(current, "warning", "BuildFailed", reason)
-                await self._records.transition(current, FAILED, reason, finished_at=utcnow())
+            why = build.get("reason") or "no reason given"
+            await self._failed(job, f"the environment build failed: {why}")
             return
         await self._start(replace(launch, runtime=Runtime.from_dict(build)))
+
+    async def _failed(self, job: JobRecord, reason: str) -> None:
+        """The job's build failed: so does the job, unless it stopped waiting for it (killed)."""
+        current = await self._records.refresh(job)
+        if current is not None and current.state == BUILDING:
+            await self._records.event(current, "warning", "BuildFailed", reason)
+            await self._records.transition(current, FAILED, reason, finished_at=utcnow())
 
     async def _request_again(self, launch: Launch, old_build: str) -> str | None:
         """Request the build of a BUILDING job again; its new id, or None when the job

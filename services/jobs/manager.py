@@ -136,16 +136,15 @@ class JobManager:
         """The build's lines (cursors `b.<builder's cursor>`), then the workers'; a
         follower waits for the job to start between the two."""
         cursor = query.cursor
-        wanted = not query.roles and (not query.workers or BUILD in query.workers)
         if job.build_id and (cursor is None or cursor.startswith("b.")):
-            if wanted:
+            if _wants_build(query):
                 async for batch in self._builds.log_lines(job, query, cursor):
                     yield batch
             cursor = None  # the workers' lines from their start
         if cursor is not None and cursor.startswith("b."):
             raise BadCursor(f"{cursor[:60]!r}: this job had no build")
         current = await self._until_started(job, query)
-        if current is not None and started(current) and (not query.workers or set(query.workers) - {BUILD}):
+        if current is not None and started(current) and _wants_workers(query):
             async for batch in self._backend.logs(current, replace(query, cursor=cursor)):
                 yield batch
 
@@ -232,3 +231,13 @@ class JobManager:
         """Stop starting jobs and waiting for builds (a restarted service takes both up again)."""
         await self._reconciler.close()
         await self._builds.close()
+
+
+def _wants_build(query: LogQuery) -> bool:
+    """Whether `query` asks for the build's lines: no role named, and the build among the workers."""
+    return not query.roles and (not query.workers or BUILD in query.workers)
+
+
+def _wants_workers(query: LogQuery) -> bool:
+    """Whether `query` asks for any worker's lines besides the build's."""
+    return not query.workers or bool(set(query.workers) - {BUILD})

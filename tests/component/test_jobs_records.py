@@ -34,3 +34,7 @@ async def test_a_stored_spec_that_no_longer_validates_is_listed_and_failed_at_th
     resp = await jobs.call("GET", "quota")
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["jobs"]["used"] == 0
+    # Asked for by name, it says which rule it breaks (a problem, not a 500).
+    resp = await jobs.call("GET", "jobs/stale")
+    body = await resp.json(content_type=None)
+    assert resp.status == 422 and "trainers" in body["detail"], body
