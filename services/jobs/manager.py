@@ -45,6 +45,8 @@ log = structlog.get_logger(__name__)
 
 
 class JobManager:
+    """What api.py calls: the parts of a job's life wired over one store and one backend."""
+
     def __init__(
         self,
         config: Config,
@@ -57,7 +59,6 @@ class JobManager:
         self._config = config
         self._store = store
         self._backend = backend
-        self._builder = builder
         self._records = JobRecords(store)
         packages = Packages(root)
         self._quotas = Quotas(store, self._records, backend, pfs)
@@ -77,13 +78,6 @@ class JobManager:
     @property
     def backend(self) -> Backend:
         return self._backend
-
-    @property
-    def builder(self) -> BuilderClient:
-        return self._builder
-
-    def home(self, user: str) -> str:
-        return f"/pfs/{self._config.pfs.datacenter}/home/{user}"
 
     # -- submit, quota ------------------------------------------------------------------
 
