@@ -25,8 +25,8 @@ from paddlecloud.common.web import (
 
 from .backend import LogQuery
 from .keys import MANAGER
-from .manager import event_view, job_view
 from .spec import RegistrySpec, parse_submission
+from .views import DryRun, dry_run_view, event_view, job_view, registry_view
 
 MAX_LIST_LIMIT = 500
 ROLES = {"pserver": "PSERVER", "trainer": "TRAINER"}
@@ -71,14 +71,15 @@ async def submit(request: web.Request) -> web.Response:
         raise validation_problem(exc) from exc
     manager = request.app[MANAGER]
     result = await manager.submit(request[IDENTITY], spec, dry_run=dry_run)
+    body = dry_run_view(result) if isinstance(result, DryRun) else job_view(result)
     notes = manager.backend.notes(spec)
     if notes:
         # Said at once, not only as an event the user may never read.
-        result["warnings"] = notes
-    if dry_run:
-        return json_response(result)
-    response = json_response(result, status=201)
-    response.headers["Location"] = f"/api/v1/jobs/{result['name']}"
+        body["warnings"] = notes
+    if isinstance(result, DryRun):
+        return json_response(body)
+    response = json_response(body, status=201)
+    response.headers["Location"] = f"/api/v1/jobs/{result.name}"
     return response
 
 
@@ -154,7 +155,7 @@ async def get_quota(request: web.Request) -> web.Response:
 
 async def list_registries(request: web.Request) -> web.Response:
     registries = await request.app[MANAGER].registries(request[IDENTITY].user)
-    return json_response({"registries": registries})
+    return json_response({"registries": [registry_view(r) for r in registries]})
 
 
 async def save_registry(request: web.Request) -> web.Response:
@@ -163,7 +164,7 @@ async def save_registry(request: web.Request) -> web.Response:
     except ValidationError as exc:
         raise validation_problem(exc) from exc
     registry = await request.app[MANAGER].save_registry(request[IDENTITY].user, spec)
-    response = json_response(registry, status=201)
+    response = json_response(registry_view(registry), status=201)
     response.headers["Location"] = f"/api/v1/registries/{spec.name}"
     return response
 

@@ -16,7 +16,8 @@ from .api import add_routes
 from .backends import create_backend
 from .errors import PROBLEMS
 from .keys import MANAGER
-from .manager import JobManager, reconciling
+from .manager import JobManager
+from .reconcile import reconciling
 
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:

@@ -25,8 +25,9 @@ from collections.abc import AsyncGenerator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from paddlecloud.common.store import Job
+from paddlecloud.common.volume import PfsPath
 
+from .records import JobRecord
 from .spec import JobSpec
 
 
@@ -60,16 +61,18 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything a backend needs to run one job, resolved by the service."""
+    """Everything a backend needs to run one job, resolved by the service: its paths are
+    parsed and checked once, at its submit (or when a restarted service reads it again),
+    and a backend takes them as they are (`.text` where it needs the path's words)."""
 
-    job: Job
+    job: JobRecord
     spec: JobSpec
     datacenter: str
     pfs_home: str  # /pfs/<dc>/home/<user>
-    output: str  # the PFS path of the job's output directory
-    package: str  # the PFS path of the package (a directory, .tar.gz or .zip)
+    output: PfsPath  # the job's output directory
+    package: PfsPath  # the package (a directory, .tar.gz or .zip)
     package_kind: str  # "dir", "tar" or "zip"
-    input: str | None = None
+    input: PfsPath | None = None
     runtime: Runtime | None = None  # the built environment, when the job has requirements
 
 
@@ -205,18 +208,18 @@ class Backend(abc.ABC):
         """What this backend offers and enforces, for `GET /quota` (GPUs, limits)."""
         return {}
 
-    def devices(self, job: Job) -> dict[str, list[str]]:
+    def devices(self, job: JobRecord) -> dict[str, list[str]]:
         """The GPUs each worker of an active job holds."""
         return {}
 
-    def attach(self, job: Job) -> None:  # noqa: B027 - a backend without held resources needs nothing
+    def attach(self, job: JobRecord) -> None:  # noqa: B027 - a backend without held resources needs nothing
         """Take up again what an active job holds (after a restart of the service)."""
 
     async def preview(self, launch: Launch) -> list[dict[str, Any]]:
         """What `start` would create, for `submit --dry-run` (objects, on a cluster)."""
         return []
 
-    async def adopt(self, job: Job) -> dict[str, Any] | None:
+    async def adopt(self, job: JobRecord) -> dict[str, Any] | None:
         """What `start` would have returned, for a job the backend runs although the store
         has no record of starting it (the service stopped in between); None if it does not."""
         return None
@@ -232,20 +235,20 @@ class Backend(abc.ABC):
         it cannot run, NotYet if it must wait for resources."""
 
     @abc.abstractmethod
-    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
+    async def stop(self, job: JobRecord, grace_seconds: float, reason: str | None = None) -> None:
         """Stop every process of the job: SIGTERM (or delete), the grace, then force.
         `reason` is what the job's end should say (who killed it, and when)."""
 
     @abc.abstractmethod
-    async def observe(self, job: Job, cursor: str | None) -> Observation:
+    async def observe(self, job: JobRecord, cursor: str | None) -> Observation:
         """The job's current state, with the events after `cursor` (an opaque position
         this backend handed out in an earlier Observation; None: from the start)."""
 
     @abc.abstractmethod
-    async def workers(self, job: Job) -> list[WorkerInfo]: ...
+    async def workers(self, job: JobRecord) -> list[WorkerInfo]: ...
 
     @abc.abstractmethod
-    def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+    def logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         """The job's log lines in batches, as they become available; BadCursor for a
         cursor that is not ours."""
 
@@ -253,12 +256,12 @@ class Backend(abc.ABC):
         """Call `changed(job_id)` when a job may have changed, so the service observes it
         at once; a hint, on top of the poll every `jobs.poll_seconds`."""
 
-    def forget(self, job: Job) -> None:  # noqa: B027 - a backend that caches nothing has nothing to drop
+    def forget(self, job: JobRecord) -> None:  # noqa: B027 - a backend that caches nothing has nothing to drop
         """Drop whatever the backend cached about a job that is now final."""
 
     async def forget_user(self, user: str) -> None:  # noqa: B027 - most backends keep nothing per user
         """Remove what the backend keeps for a user being deleted (after their jobs)."""
 
     @abc.abstractmethod
-    async def remove(self, job: Job) -> None:
+    async def remove(self, job: JobRecord) -> None:
         """Forget the job's files or objects; it is already final."""

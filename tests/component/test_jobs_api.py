@@ -10,6 +10,7 @@ import secrets
 import tarfile
 import time
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
+from paddlecloud.common import volume
 from paddlecloud.common.keys import STORE
 from paddlecloud.common.quantity import parse_bytes
 from paddlecloud.common.store import Token, User
@@ -28,6 +30,7 @@ from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.jobs.app import create_app as create_jobs
 from paddlecloud.jobs.keys import MANAGER
+from paddlecloud.jobs.local import backend as local_backend
 from paddlecloud.pfs.app import create_app as create_pfs
 from support import make_config, wait_until
 
@@ -456,6 +459,29 @@ print("output", out)
         assert "[trainer-0] output /pfs/dc1/home/alice/jobs/writes/output" in text
     else:
         assert f"[trainer-0] home {jobs.home()}" in text
+
+
+async def test_a_submit_resolves_each_of_its_paths_once(jobs: Jobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's package, output and input are parsed once, at its submit, and the backend
+    runs the launch with those paths (issue 29): counted at the path grammar's parser."""
+    parsed: Counter[str] = Counter()
+    real = volume.parse_path
+
+    def counting(text: str, datacenter: str) -> volume.PfsPath:
+        parsed[text] += 1
+        return real(text, datacenter)
+
+    # resolve_for calls it through the module; a backend that imported it by name, too.
+    monkeypatch.setattr(volume, "parse_path", counting)
+    monkeypatch.setattr(local_backend, "parse_path", counting, raising=False)
+    package = jobs.package({"train.py": "print('ran')"})
+    (jobs.home() / "data").mkdir()
+    output = "/pfs/dc1/home/alice/jobs/counted/output"
+    await jobs.submit({"name": "counted", "package": package, "input": "/pfs/dc1/home/alice/data"})
+    job = await jobs.wait("counted", ("SUCCEEDED", "FAILED"))
+    assert job["state"] == "SUCCEEDED", job["reason"]
+    counts = {path: parsed[path] for path in (package, output, "/pfs/dc1/home/alice/data")}
+    assert counts == dict.fromkeys(counts, 1), counts
 
 
 async def test_pfs_paths_inside_a_job_show_only_the_users_own_home(jobs: Jobs) -> None:

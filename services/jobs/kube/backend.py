@@ -64,6 +64,7 @@ from ..backend import (
     planned_workers,
 )
 from ..exits import WORKER_STOPPED
+from ..records import JobRecord
 from ..spec import JobSpec
 from . import manifests
 from .cache import Informer
@@ -233,7 +234,7 @@ class KubernetesBackend(Backend):
 
     # -- start -------------------------------------------------------------------------
 
-    def attach(self, job: Job) -> None:
+    def attach(self, job: JobRecord) -> None:
         """After a restart: this user's quota is kept in step again from now on."""
         self._users.setdefault(self.namespace(job.owner), job.owner)
 
@@ -297,7 +298,7 @@ class KubernetesBackend(Backend):
         log.info("kube_job_created", job=launch.job.name, owner=launch.job.owner, namespace=plan.namespace)
         return {"namespace": plan.namespace, "owner_uid": uid}
 
-    async def adopt(self, job: Job) -> dict[str, Any] | None:
+    async def adopt(self, job: JobRecord) -> dict[str, Any] | None:
         """The backend record of a job whose objects exist although the store does not
         say so (the service stopped between creating them and recording it), or None."""
         owner = await self.kube.get("ConfigMap", self.namespace(job.owner), owner_name(job.name))
@@ -384,7 +385,9 @@ class KubernetesBackend(Backend):
 
     # -- observe -----------------------------------------------------------------------
 
-    def _objects(self, job: Job) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
+    def _objects(
+        self, job: JobRecord
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
         owners = self._informers["ConfigMap"].of_job(job.id)
         jobs = self._informers["Job"].of_job(job.id)
         return (
@@ -393,7 +396,7 @@ class KubernetesBackend(Backend):
             self._informers["Pod"].of_job(job.id),
         )
 
-    async def observe(self, job: Job, cursor: str | None) -> Observation:
+    async def observe(self, job: JobRecord, cursor: str | None) -> Observation:
         reported = _decode_reported(cursor)
         if job.id in self._stopped:
             return Observation(job.state, job.reason, cursor=cursor)
@@ -406,7 +409,7 @@ class KubernetesBackend(Backend):
         owner, trainers, pods = self._objects(job)
         if owner is None and not await self._owner_gone(job):
             return Observation(job.state, job.reason, cursor=cursor)  # the watch has yet to show it
-        spec = _spec_of(job)
+        spec = job.spec
         observed = Observed(owner, trainers, pods, refusal=self._refusals.get(job.id, (0.0, None))[1])
         recorded = Recorded(job.state, job.reason, job.started_at.isoformat() if job.started_at else None)
         verdict = judge(spec, recorded, observed, self._rules, datetime.now(UTC))
@@ -428,7 +431,7 @@ class KubernetesBackend(Backend):
             _encode_reported(reported),
         )
 
-    async def _owner_gone(self, job: Job) -> bool:
+    async def _owner_gone(self, job: JobRecord) -> bool:
         """Whether the job's owner is really gone, asked of the API server itself: the cache
         may not have seen a just-created owner yet, and must not fail a job for that."""
         namespace = job.backend.get("namespace") or self.namespace(job.owner)
@@ -438,7 +441,7 @@ class KubernetesBackend(Backend):
             return False
         return owner is None or (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID) != job.id
 
-    def _check_refusal(self, job: Job, trainers: dict[str, Any]) -> None:
+    def _check_refusal(self, job: JobRecord, trainers: dict[str, Any]) -> None:
         """Read the trainers' Job's Events for a quota refusal, in the background, at most
         every EVENT_CHECK_SECONDS while the job waits with fewer pods than it asks for."""
         checked, message = self._refusals.get(job.id, (0.0, None))
@@ -446,7 +449,7 @@ class KubernetesBackend(Backend):
             self._refusals[job.id] = (time.monotonic(), message)
             self._spawned.spawn(f"kube-events-{job.name}", self._read_refusal(job, _meta(trainers)))
 
-    async def _read_refusal(self, job: Job, meta: dict[str, Any]) -> None:
+    async def _read_refusal(self, job: JobRecord, meta: dict[str, Any]) -> None:
         try:
             answer = await self.kube.list(
                 "Event", meta.get("namespace"), fields=f"involvedObject.name={meta.get('name')}"
@@ -481,7 +484,7 @@ class KubernetesBackend(Backend):
 
     # -- workers -----------------------------------------------------------------------
 
-    async def workers(self, job: Job) -> list[WorkerInfo]:
+    async def workers(self, job: JobRecord) -> list[WorkerInfo]:
         _, _, pods = self._objects(job)
         latest: dict[str, dict[str, Any]] = {}  # worker → its newest pod
         tries: dict[str, int] = {}  # worker → how many pods it has had
@@ -491,7 +494,7 @@ class KubernetesBackend(Backend):
                 tries[who[0]] = tries.get(who[0], 0) + 1
                 latest[who[0]] = pod
         result = []
-        for planned in planned_workers(_spec_of(job)):
+        for planned in planned_workers(job.spec):
             # The job's success stopped its parameter servers (their StatefulSet is deleted):
             # they show that, not the job's state nor how their pods ended.
             stopped = job.state == SUCCEEDED and planned.role == "PSERVER"
@@ -571,7 +574,7 @@ class KubernetesBackend(Backend):
         await self._store.keep_log(KeptLog(job_id, attempt.worker, attempt.key, text))
         kept[(attempt.worker, attempt.key)] = attempt.terminated is not None
 
-    async def _keep_all(self, job: Job) -> None:
+    async def _keep_all(self, job: Job | JobRecord) -> None:
         """Keep every attempt's log; one the API server will not give is left out, said so."""
         _, _, pods = self._objects(job)
         for items in attempts_of(pods).values():
@@ -581,7 +584,7 @@ class KubernetesBackend(Backend):
                 except KubeError as exc:
                     log.warning("log_not_kept", job_id=job.id, worker=attempt.worker, error=str(exc))
 
-    def _finish_once(self, job: Job) -> None:
+    def _finish_once(self, job: JobRecord) -> None:
         """Start the job's final clean-up unless it runs already. The one task retries,
         backing off, until it is done: a failing clean-up is never started again by the
         next observation, and `logs -f` ends only once it is done."""
@@ -595,7 +598,7 @@ class KubernetesBackend(Backend):
         self._finishing.pop(job_id, None)
         self._keeping = {key for key in self._keeping if key[0] != job_id}
 
-    async def _finish(self, job: Job) -> None:
+    async def _finish(self, job: JobRecord) -> None:
         """The job is final: keep its logs, then delete its objects; again, backing off,
         while that fails (a restart's sweep finishes it otherwise)."""
         failures = 0
@@ -617,7 +620,7 @@ class KubernetesBackend(Backend):
                 await asyncio.sleep(delay)
         self._kept.pop(job.id, None)
 
-    async def _delete(self, job: Job, grace_seconds: float | None) -> None:
+    async def _delete(self, job: JobRecord, grace_seconds: float | None) -> None:
         namespace = job.backend.get("namespace") or self.namespace(job.owner)
         uid = job.backend.get("owner_uid")
         await self.kube.delete(
@@ -626,11 +629,11 @@ class KubernetesBackend(Backend):
         # The parameter servers go at once, not when the garbage collector gets to them.
         await self.kube.delete("StatefulSet", namespace, pserver_name(job.name), grace_seconds=grace_seconds)
 
-    def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+    def logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         return self._logs(job, query)
 
-    async def _logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
-        names = [w.name for w in planned_workers(_spec_of(job))]
+    async def _logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+        names = [w.name for w in planned_workers(job.spec)]
         wanted = [n for n in names if _asked_for(n, query)]
         position = _decode_position(query.cursor, names) if query.cursor else {}
         first = True
@@ -649,7 +652,7 @@ class KubernetesBackend(Backend):
                 return
             await asyncio.sleep(LOG_POLL_SECONDS)
 
-    async def _final(self, job: Job) -> bool:
+    async def _final(self, job: JobRecord) -> bool:
         current = await self._store.get_job_by_id(job.id)
         return current is None or (current.state in TERMINAL_STATES and job.id not in self._finishing)
 
@@ -695,7 +698,7 @@ class KubernetesBackend(Backend):
 
     # -- stop and remove ---------------------------------------------------------------
 
-    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
+    async def stop(self, job: JobRecord, grace_seconds: float, reason: str | None = None) -> None:
         # Nothing here records the end: the service records KILLED with `reason` itself.
         if not job.backend:
             return
@@ -706,13 +709,13 @@ class KubernetesBackend(Backend):
             log.warning("logs_not_kept_before_kill", job=job.name, error=str(exc))
         await self._delete(job, grace_seconds=grace_seconds)
 
-    def forget(self, job: Job) -> None:
+    def forget(self, job: JobRecord) -> None:
         self._refusals.pop(job.id, None)
         self._stopped.discard(job.id)
         if job.id not in self._finishing:  # else _finish drops it when it is done
             self._kept.pop(job.id, None)
 
-    async def remove(self, job: Job) -> None:
+    async def remove(self, job: JobRecord) -> None:
         if job.backend:
             await self._delete(job, grace_seconds=None)
         self._kept.pop(job.id, None)
@@ -774,10 +777,6 @@ def _whole_lines(text: str, ended: bool) -> list[str]:
     elif rows and not ended:
         rows.pop()
     return rows
-
-
-def _spec_of(job: Job) -> JobSpec:
-    return JobSpec.model_validate(job.spec)
 
 
 # Cursors --------------------------------------------------------------------------------

@@ -318,11 +318,13 @@ def _check(plan: JobPlan) -> None:
     home, public = _home(launch), f"/pfs/{dc}/public"
     if launch.pfs_home != home:
         raise ValueError(f"pfs_home {launch.pfs_home!r} is not {user}'s home on {dc}, {home!r}")
+    # The launch's paths were parsed by the service: checked again as the words that the
+    # manifests carry (str() of a PfsPath is its text).
     for what, path in (("package", launch.package), ("input", launch.input)):
-        if path is not None and not _beneath(path, home, public):
-            raise ValueError(f"the {what} {path!r} is neither in {home} nor in {public}")
-    if not _beneath(launch.output, home):
-        raise ValueError(f"the output {launch.output!r} is not in {home}")
+        if path is not None and not _beneath(str(path), home, public):
+            raise ValueError(f"the {what} {str(path)!r} is neither in {home} nor in {public}")
+    if not _beneath(str(launch.output), home):
+        raise ValueError(f"the output {str(launch.output)!r} is not in {home}")
     if launch.package_kind not in _UNPACK:
         raise ValueError(f"package_kind must be one of {', '.join(_UNPACK)}, not {launch.package_kind!r}")
     named, registry = launch.spec.registry, plan.registry
@@ -608,8 +610,8 @@ def _unpack_container(plan: JobPlan, role: str) -> dict[str, Any]:
     env = [
         _index_env(role),
         {"name": "TRAINERS", "value": str(launch.spec.trainers)},
-        {"name": "PACKAGE", "value": _literal(launch.package)},
-        {"name": "OUTPUT", "value": _literal(launch.output)},
+        {"name": "PACKAGE", "value": _literal(str(launch.package))},
+        {"name": "OUTPUT", "value": _literal(str(launch.output))},
     ]
     return {
         "name": "unpack",
@@ -742,7 +744,7 @@ def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
         user=_literal(launch.job.owner),
         datacenter=launch.datacenter,
         pfs_home=_literal(launch.pfs_home),
-        output=_literal(launch.output),
+        output=_literal(str(launch.output)),
         entry=_literal(spec.entry),
         package_dir=WORK_DIR,
         namespace=plan.namespace,
@@ -754,7 +756,7 @@ def _contract_env(plan: JobPlan, role: str) -> list[dict[str, Any]]:
         master=master,
         socket_ifname=POD_INTERFACE,
         user_env=user_env,
-        input=None if launch.input is None else _literal(launch.input),
+        input=None if launch.input is None else _literal(str(launch.input)),
     )
     service = names.trainer_name(spec.name) if role == "TRAINER" else names.pserver_name(spec.name)
     own_port = plan.settings.trainer_port if role == "TRAINER" else plan.settings.pserver_port

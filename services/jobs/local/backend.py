@@ -37,7 +37,7 @@ import tarfile
 import time
 import zipfile
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +48,8 @@ from paddlecloud.common import sandbox as sandboxes
 from paddlecloud.common.beneath import chown_tree
 from paddlecloud.common.config import Config
 from paddlecloud.common.sandbox import Bind
-from paddlecloud.common.store import Job
 from paddlecloud.common.store.models import FAILED, KILLED, PENDING, RUNNING, TERMINAL_STATES, utcnow
-from paddlecloud.common.volume import PfsPath, Root, parse_path
+from paddlecloud.common.volume import PfsPath, Root
 
 from ..backend import (
     Backend,
@@ -64,6 +63,7 @@ from ..backend import (
     WorkerInfo,
 )
 from ..exits import WORKER_STOPPED
+from ..records import JobRecord
 from ..spec import JobSpec
 from . import claim
 from .gpus import GpuPool, discover
@@ -320,17 +320,17 @@ class LocalBackend(Backend):
             "sandbox": self._sandbox.describe(),
         }
 
-    def devices(self, job: Job) -> dict[str, list[str]]:
+    def devices(self, job: JobRecord) -> dict[str, list[str]]:
         return self._gpus.held_by(job.id)
 
-    def attach(self, job: Job) -> None:
+    def attach(self, job: JobRecord) -> None:
         held = job.backend.get("gpus")
         if isinstance(held, dict) and held:
             self._gpus.hold(job.id, {str(w): [str(d) for d in ds] for w, ds in held.items()})
 
     # -- start -----------------------------------------------------------------------
 
-    async def adopt(self, job: Job) -> dict[str, Any] | None:
+    async def adopt(self, job: JobRecord) -> dict[str, Any] | None:
         """After a restart: the record of a job whose supervisor was forked although the
         store does not say so; None (a half-made directory taken away) if it never was."""
         info = await asyncio.to_thread(self._earlier_start, job)
@@ -338,7 +338,7 @@ class LocalBackend(Backend):
             log.info("job_adopted", job=job.name, owner=job.owner, supervisor=info["supervisor_pid"])
         return info
 
-    def _earlier_start(self, job: Job) -> dict[str, Any] | None:
+    def _earlier_start(self, job: JobRecord) -> dict[str, Any] | None:
         """What `start` returned, or would have, for a job a supervisor has (`claim.py`);
         None when none has, after taking away whatever a start that stopped half-way made,
         so that the job starts afresh and runs once."""
@@ -380,7 +380,7 @@ class LocalBackend(Backend):
         except OSError as exc:
             raise StartFailed(f"cannot look at the job's directory: {exc}") from exc
         if earlier is not None:
-            self.attach(replace(job, backend=earlier))
+            self.attach(job.evolve(backend=earlier))
             return earlier
         wanted = {f"trainer-{i}": spec.gpu for i in range(spec.trainers)} if spec.gpu else {}
         given = self._gpus.take(job.id, wanted) if wanted else {}
@@ -480,7 +480,7 @@ class LocalBackend(Backend):
             Bind(str(home), f"/pfs/{dc}/home/{owner}", writable=True),
             Bind(str(self._root.root / "public"), f"/pfs/{dc}/public"),
         ]
-        package_seen = launch.package
+        package_seen = launch.package.text
         if launch.package_kind != "dir":
             binds.append(Bind(str(package), PACKAGE_TARGET, writable=True))
             package_seen = PACKAGE_TARGET
@@ -490,7 +490,8 @@ class LocalBackend(Backend):
             binds.append(Bind(env_dir, env_dir))
             python = os.path.join(env_dir, "bin", "python")
         boxed = SandboxPlan(uid=uid, gid=uid, binds=tuple(binds), package_host=str(package))
-        paths = WorkerPaths(launch.pfs_home, launch.output, package_seen, launch.input)
+        input_seen = None if launch.input is None else launch.input.text
+        paths = WorkerPaths(launch.pfs_home, launch.output.text, package_seen, input_seen)
         return paths, boxed, python
 
     def notes(self, spec: JobSpec) -> list[str]:
@@ -504,25 +505,21 @@ class LocalBackend(Backend):
             return self._host_path(launch.package)
         target = job_dir / "package"
         target.mkdir()
-        fd = self._root.open(self._pfs(launch.package), os.O_RDONLY | os.O_CLOEXEC)
+        fd = self._root.open(launch.package, os.O_RDONLY | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as archive:
             unpack(archive, launch.package_kind, target, self._config.jobs.package_max_bytes)
         return target
 
-    def _pfs(self, text: str) -> PfsPath:
-        return parse_path(text, self._config.pfs.datacenter)
-
-    def _host_path(self, text: str) -> Path:
+    def _host_path(self, path: PfsPath) -> Path:
         """Where a PFS path really is, resolved beneath its area by the kernel."""
-        fd = self._root.open(self._pfs(text), os.O_PATH | os.O_CLOEXEC)
+        fd = self._root.open(path, os.O_PATH | os.O_CLOEXEC)
         try:
             return Path(os.readlink(f"/proc/self/fd/{fd}"))
         finally:
             os.close(fd)
 
-    def _make_output(self, text: str) -> Path:
+    def _make_output(self, path: PfsPath) -> Path:
         """`mkdir -p` the output directory beneath the user's home, never through a symlink."""
-        path = self._pfs(text)
         if path.owner is not None:
             self._root.ensure_home(path.owner)
         for n in range(1, len(path.parts) + 1):
@@ -533,11 +530,11 @@ class LocalBackend(Backend):
                     self._root.adopt(step, parent, name)
                 if not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
                     raise NotADirectoryError(f"{step} is in the way of the output directory {path}")
-        return self._host_path(text)
+        return self._host_path(path)
 
     # -- stop ------------------------------------------------------------------------
 
-    async def stop(self, job: Job, grace_seconds: float, reason: str | None = None) -> None:
+    async def stop(self, job: JobRecord, grace_seconds: float, reason: str | None = None) -> None:
         pid = self._supervisor_pid(job)
         if pid is None:
             return
@@ -558,7 +555,7 @@ class LocalBackend(Backend):
                 break
             await asyncio.sleep(0.05)
 
-    def _supervisor_pid(self, job: Job) -> int | None:
+    def _supervisor_pid(self, job: JobRecord) -> int | None:
         """The pid of the job's supervisor if it is still running (checked against its
         command line and working directory, so a reused pid is never mistaken for it)."""
         job_dir = job.backend.get("job_dir")
@@ -583,11 +580,11 @@ class LocalBackend(Backend):
 
     # -- observe ---------------------------------------------------------------------
 
-    def _job_dir(self, job: Job) -> Path | None:
+    def _job_dir(self, job: JobRecord) -> Path | None:
         job_dir = job.backend.get("job_dir")
         return Path(job_dir) if job_dir else None
 
-    def _read_state(self, job: Job) -> dict[str, Any] | None:
+    def _read_state(self, job: JobRecord) -> dict[str, Any] | None:
         job_dir = self._job_dir(job)
         if job_dir is None:
             return None
@@ -605,7 +602,7 @@ class LocalBackend(Backend):
             seen.state_key = key
         return seen.state
 
-    async def observe(self, job: Job, cursor: str | None) -> Observation:
+    async def observe(self, job: JobRecord, cursor: str | None) -> Observation:
         job_dir = self._job_dir(job)
         if job_dir is None:
             return Observation(PENDING, job.reason or "not started", cursor=cursor)
@@ -642,12 +639,12 @@ class LocalBackend(Backend):
             finished_at=state.get("finished_at"),
         )
 
-    def forget(self, job: Job) -> None:
+    def forget(self, job: JobRecord) -> None:
         """Drop what `observe` cached for a job that is final, and give back its GPUs."""
         self._seen.pop(job.id, None)
         self._gpus.release(job.id)
 
-    async def workers(self, job: Job) -> list[WorkerInfo]:
+    async def workers(self, job: JobRecord) -> list[WorkerInfo]:
         recorded = {w["name"]: w for w in (self._read_state(job) or {}).get("workers", ())}
         result = []
         # A job that is final has no running worker, whatever its supervisor managed to record
@@ -673,7 +670,7 @@ class LocalBackend(Backend):
             )
         return result
 
-    def _plan(self, job: Job) -> Plan:
+    def _plan(self, job: JobRecord) -> Plan:
         job_dir = self._job_dir(job)
         if job_dir is None:
             return Plan(job_name=job.name, workers=(), max_restarts=0)
@@ -684,7 +681,7 @@ class LocalBackend(Backend):
 
     # -- logs ------------------------------------------------------------------------
 
-    async def logs(self, job: Job, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+    async def logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         """The workers' lines merged in the order they came (caplog.py's order files), live
         or long after: each pass reads what every worker's log has, and sends it merged."""
         job_dir = self._job_dir(job)
@@ -703,14 +700,14 @@ class LocalBackend(Backend):
                 return
             await asyncio.sleep(self._log_poll)
 
-    def _is_final(self, job: Job) -> bool:
+    def _is_final(self, job: JobRecord) -> bool:
         """No more log lines can come: the job is final, or its supervisor is gone."""
         state = self._read_state(job)
         if state is not None and state.get("state") in TERMINAL_STATES:
             return True
         return self._supervisor_pid(job) is None
 
-    async def remove(self, job: Job) -> None:
+    async def remove(self, job: JobRecord) -> None:
         self.forget(job)
         job_dir = self._job_dir(job)
         if job_dir is not None:
@@ -721,7 +718,7 @@ class LocalBackend(Backend):
                 log.warning("job_dir_not_removed", job=job.name, job_dir=str(job_dir), error=str(exc))
 
 
-def _read_events(job: Job, job_dir: Path, cursor: str | None) -> tuple[tuple[ObservedEvent, ...], str]:
+def _read_events(job: JobRecord, job_dir: Path, cursor: str | None) -> tuple[tuple[ObservedEvent, ...], str]:
     """The events the supervisor appended after `cursor` (`e<byte offset>` in
     events.jsonl), and the cursor after them: whole lines only, the rest next time."""
     offset = int(cursor[1:]) if cursor and cursor[0] == "e" and cursor[1:].isdigit() else 0
