@@ -386,7 +386,7 @@ class KubernetesBackend(Backend):
     # -- observe -----------------------------------------------------------------------
 
     def _objects(
-        self, job: JobRecord
+        self, job: Job | JobRecord
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
         owners = self._informers["ConfigMap"].of_job(job.id)
         jobs = self._informers["Job"].of_job(job.id)
