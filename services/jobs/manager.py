@@ -20,7 +20,6 @@ from dataclasses import replace
 from typing import Any
 
 import structlog
-from pydantic import ValidationError
 
 from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
@@ -176,12 +175,7 @@ class JobManager:
         that an account made later with the same name inherits none of them. How many."""
         stored = [job async for job in self._records.all(user, None)]
         for one in stored:
-            try:
-                job = JobRecord.of(one)
-            except ValidationError:  # nothing ran it since this version started: forgotten
-                log.warning("stored_spec_invalid", job=one.name, owner=user)
-                await self._store.delete_job(one.id)
-                continue
+            job = JobRecord.read(one)
             if job.state in ACTIVE_STATES:
                 await self.kill(Identity(user), job.name, remove=False)
             current = await self._records.refresh(job) or job

@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Protocol
 
 import structlog
-from pydantic import ValidationError
 
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
@@ -40,7 +39,7 @@ from .backend import Backend, Launch, NotYet, Observation, Runtime, StartFailed
 from .builds import Builds
 from .launches import JobPaths, launch_of
 from .packages import Packages
-from .records import JobRecord, JobRecords
+from .records import JobRecord, JobRecords, started
 
 log = structlog.get_logger(__name__)
 
@@ -151,11 +150,10 @@ class Reconciler:
         restart: list[JobRecord] = []  # recorded, never started, nothing to adopt: start them now
         known: set[str] = set()
         async for stored in self._records.all(None, ACTIVE_STATES):
-            try:
-                job = JobRecord.of(stored)
-            except ValidationError as exc:
-                # Nothing can run it now; not kept, so whatever it left running is swept.
-                await self._records.fail_stored(stored, f"cannot start after a restart: {exc}")
+            job = JobRecord.read(stored)
+            if job.stale is not None and not started(job):
+                # A spec this version refuses is never started; one that runs is followed to its end.
+                await self._records.fail_stored(stored, f"cannot start after a restart: {job.stale}")
                 continue
             known.add(job.id)
             if job.backend.get("waiting"):

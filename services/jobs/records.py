@@ -18,7 +18,6 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from paddlecloud.common.errors import Invalid
 from paddlecloud.common.store import Job, Store
 from paddlecloud.common.store.models import (
     ACTIVE_STATES,
@@ -41,6 +40,9 @@ class JobRecord:
 
     stored: Job
     spec: JobSpec
+    # Why the stored spec no longer validates (a rule tightened since the job's submit); its
+    # `spec` then holds the stored fields unchecked, enough to show, stop and remove the job.
+    stale: str | None = None
 
     @classmethod
     def of(cls, job: Job) -> JobRecord:
@@ -48,13 +50,27 @@ class JobRecord:
         no longer validates (a rule tightened since it was submitted)."""
         return cls(job, JobSpec.model_validate(job.spec))
 
+    @classmethod
+    def read(cls, job: Job) -> JobRecord:
+        """The record of a job just read from the store, never refused: one whose stored
+        spec no longer validates is read `stale`, so that its owner can still see it, kill
+        it and remove it (nothing starts it: a restart fails it, and quota leaves it out)."""
+        try:
+            return cls.of(job)
+        except ValidationError as exc:
+            log.warning("stored_spec_invalid", job=job.name, owner=job.owner)
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "spec"
+            known = {k: v for k, v in job.spec.items() if k in JobSpec.model_fields}
+            return cls(job, JobSpec.model_construct(**known), stale=f"{where}: {first.get('msg')}")
+
     def changed(self, stored: Job) -> JobRecord:
         """The same job as the store answered after a change: its spec, which never changes, kept."""
-        return JobRecord(stored, self.spec)
+        return replace(self, stored=stored)
 
     def evolve(self, **fields: Any) -> JobRecord:
         """This record with the stored job's `fields` replaced (not written to the store)."""
-        return JobRecord(replace(self.stored, **fields), self.spec)
+        return replace(self, stored=replace(self.stored, **fields))
 
     @property
     def id(self) -> str:
@@ -119,14 +135,13 @@ class JobRecords:
         self._on_change = callback
 
     async def get(self, owner: str, name: str) -> JobRecord | None:
-        """The owner's job of that name; Invalid when its stored spec no longer validates
-        (said, not a 500: listing still shows it, and nothing can run it)."""
+        """The owner's job of that name (read `stale` when its stored spec no longer validates)."""
         job = await self._store.get_job(owner, name)
-        return None if job is None else _read(job)
+        return None if job is None else JobRecord.read(job)
 
     async def by_id(self, job_id: str) -> JobRecord | None:
         job = await self._store.get_job_by_id(job_id)
-        return None if job is None else _read(job)
+        return None if job is None else JobRecord.read(job)
 
     async def refresh(self, record: JobRecord) -> JobRecord | None:
         """The job as the store has it now; None if it is gone."""
@@ -202,17 +217,3 @@ class JobRecords:
 
     async def events(self, job: JobRecord) -> list[JobEvent]:
         return await self._store.list_events(job.id)
-
-
-def _read(job: Job) -> JobRecord:
-    try:
-        return JobRecord.of(job)
-    except ValidationError as exc:
-        log.warning("stored_spec_invalid", job=job.name, owner=job.owner)
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "spec"
-        raise Invalid(
-            f"job {job.name!r} was recorded with a spec this version no longer accepts "
-            f"({where}: {first.get('msg')})",
-            field="name",
-        ) from None
