@@ -10,7 +10,7 @@ HELM   := $(BIN)/helm
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac \
-	kube-control-plane kube-up
+	kube-control-plane kube-up ferretdb
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -85,7 +85,7 @@ lint: install-dev
 	$(BIN)/radon cc -s -n C --show-closures services/jobs/
 	$(BIN)/python scripts/complexity.py --max $(MAX_COMPLEXITY) services/jobs/
 
-test: lint system-deps kube-control-plane
+test: lint system-deps kube-control-plane ferretdb
 	$(BIN)/pytest
 
 # The real Kubernetes control plane the tests run against (docs/testing.md): etcd,
@@ -99,11 +99,17 @@ kube-control-plane:
 kube-up: install kube-control-plane
 	scripts/kube-control-plane.sh start $(KUBE_DIR)
 
+# FerretDB v1 (its SQLite backend), the second MongoDB wire server the Mongo store's tests
+# and bench/jobs run on beside nx-27017 (docs/storage.md): built from its Go module at the
+# version pinned in the script, at low priority, into ~/.cache/paddlecloud/ferretdb-<version>.
+ferretdb:
+	scripts/ferretdb.sh build >/dev/null
+
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps
 	PADDLECLOUD_SCREENSHOTS=1 $(BIN)/pytest tests/e2e/test_dashboard.py -k live_logs
 
-bench: install-dev
+bench: install-dev ferretdb
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
 
