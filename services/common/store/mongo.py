@@ -129,9 +129,14 @@ class MongoStore(Store):
     async def _set_one(self, collection: str, query: Document, changes: Document) -> Document | None:
         """`$set` the changes on the one document matching `query`, atomically; it after, or None."""
         with _errors():
-            return await self._collection(collection).find_one_and_update(
-                query, {"$set": changes}, projection=_NO_ID, return_document=ReturnDocument.AFTER
+            # No projection: FerretDB v1 refuses findAndModify's `fields` (NotImplemented),
+            # so _id is dropped here instead (docs/storage.md).
+            doc = await self._collection(collection).find_one_and_update(
+                query, {"$set": changes}, return_document=ReturnDocument.AFTER
             )
+        if doc is not None:
+            doc.pop("_id", None)
+        return doc
 
     # Users
 
@@ -411,7 +416,7 @@ class MongoStore(Store):
             job = await self._collection("jobs").find_one_and_update(
                 {"id": event.job_id},
                 {"$inc": {"event_seq": 1}},
-                projection={"_id": False, "event_seq": True},
+                # The whole job comes back: FerretDB v1 refuses a projection here (_set_one).
                 return_document=ReturnDocument.AFTER,
             )
             if job is None:
