@@ -1,10 +1,11 @@
-"""Fixtures for component tests: each store on a fresh database, MongoDB on a real wire server."""
+"""Fixtures for component tests: each store on a fresh database, MongoDB on real wire servers."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -12,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongo_emulator import EmulatorError, Nx27017
+from mongo_emulator import EmulatorError, FerretDB, Nx27017
 from paddlecloud.common.store import Store, open_store
 
 MONGODB_URI_ENV = "PADDLECLOUD_TEST_MONGODB_URI"
@@ -37,6 +38,20 @@ class MongoServer:
         return urlunsplit((parts.scheme, parts.netloc, "/" + database, urlencode(query), ""))
 
 
+@contextmanager
+def _wire_server(kind: type[Nx27017 | FerretDB], data_dir: Path) -> Iterator[int]:
+    """The port of a `kind` server on `data_dir`, stopped after; a test fails saying why it did not start."""
+    try:
+        server = kind(data_dir)
+        port = server.wait_ready()
+    except EmulatorError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield port
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServer]:
     """A real MongoDB from $PADDLECLOUD_TEST_MONGODB_URI, else nx-27017 for the session."""
@@ -44,20 +59,22 @@ def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServ
     if uri:
         yield MongoServer(uri, emulated=False)
         return
-    try:
-        server = Nx27017(tmp_path_factory.mktemp("nx-27017"))
-        port = server.wait_ready()
-    except EmulatorError as exc:
-        pytest.fail(str(exc))
-    try:
+    with _wire_server(Nx27017, tmp_path_factory.mktemp("nx-27017")) as port:
         yield MongoServer(f"mongodb://127.0.0.1:{port}/", emulated=True)
-    finally:
-        server.stop()
 
 
-@pytest.fixture(params=["sqlite", "mongo"])
+@pytest.fixture(scope="session")
+def ferretdb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServer]:
+    """FerretDB v1 on its SQLite backend for the session: a second MongoDB wire server."""
+    with _wire_server(FerretDB, tmp_path_factory.mktemp("ferretdb")) as port:
+        yield MongoServer(f"mongodb://127.0.0.1:{port}/", emulated=False)
+
+
+# "mongo" is MongoDB itself when $PADDLECLOUD_TEST_MONGODB_URI names one, else nx-27017;
+# "ferretdb" is the same MongoStore on FerretDB (docs/storage.md).
+@pytest.fixture(params=["sqlite", "mongo", "ferretdb"])
 def backend(request: pytest.FixtureRequest) -> str:
-    """Which store implementation the test runs against."""
+    """Which store implementation (and, for MongoDB, which server) the test runs against."""
     return str(request.param)
 
 
@@ -71,7 +88,8 @@ async def store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) ->
         await sqlite_store.close()
         return
     # Looked up lazily so that running only the SQLite cases starts no server.
-    server: MongoServer = request.getfixturevalue("mongo_server")
+    fixture = "ferretdb_server" if backend == "ferretdb" else "mongo_server"
+    server: MongoServer = request.getfixturevalue(fixture)
     database = f"paddlecloud_test_{uuid.uuid4().hex[:16]}"
     url = server.database_uri(database)
     mongo_store = open_store(url)

@@ -1,4 +1,4 @@
-"""The contract every store keeps, run against SQLite and against MongoDB (or nx-27017)."""
+"""The contract every store keeps, run against SQLite, MongoDB (or nx-27017) and FerretDB."""
 
 from __future__ import annotations
 
@@ -52,6 +52,15 @@ NX_SECOND_PRECISION = (
     "and sorts them to the millisecond; MongoDB compares BSON dates to the millisecond."
 )
 
+# Where FerretDB v1 (SQLite backend) parts from MongoDB, asserted the same way on FerretDB only.
+FERRET_NOT_ATOMIC = (
+    "FerretDB v1's SQLite handler runs findAndModify as a read, then a write of the whole "
+    "document by _id, not in one transaction (FerretDB issue #3040), so concurrent "
+    "compare-and-sets on one document can each win. MongoDB applies findAndModify to the one "
+    "document atomically. Not strict: the race is lost only in some runs (measured: 1 in 40 "
+    "for 8 job writers, 26 in 40 for 6 build writers)."
+)
+
 # A fixed, whole-second origin: times the tests compare in filters differ by whole
 # seconds (see NX_SECOND_PRECISION) unless a test is about milliseconds.
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -60,6 +69,11 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 def expect_nx_deviation(request: pytest.FixtureRequest, emulated: bool, reason: str) -> None:
     if emulated:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+
+
+def expect_ferretdb_deviation(request: pytest.FixtureRequest, backend: str, reason: str) -> None:
+    if backend == "ferretdb":
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
 
 
 def new_id() -> str:
@@ -493,7 +507,10 @@ async def test_changes_set_times(store: Store, request: pytest.FixtureRequest, e
     assert await store.get_build(build.id) == done
 
 
-async def test_concurrent_transitions_only_one_wins(store: Store) -> None:
+async def test_concurrent_transitions_only_one_wins(
+    store: Store, request: pytest.FixtureRequest, backend: str
+) -> None:
+    expect_ferretdb_deviation(request, backend, FERRET_NOT_ATOMIC)
     job = make_job()
     await store.create_job(job)
     targets = [RUNNING, KILLED, FAILED, BUILDING, SUCCEEDED, RUNNING, KILLED, FAILED]
@@ -664,7 +681,10 @@ async def test_transition_build_compare_and_set(store: Store) -> None:
         await store.transition_build(build.id, [SUCCEEDED], FAILED, backend={})
 
 
-async def test_concurrent_build_transitions_only_one_wins(store: Store) -> None:
+async def test_concurrent_build_transitions_only_one_wins(
+    store: Store, request: pytest.FixtureRequest, backend: str
+) -> None:
+    expect_ferretdb_deviation(request, backend, FERRET_NOT_ATOMIC)
     build = make_build()
     await store.create_build(build)
     results = await asyncio.gather(
