@@ -3,7 +3,8 @@
 - submit → RUNNING of a one-trainer job, against starting the same command with `subprocess`;
 - submit throughput of 20 concurrent clients, against the same clients running the command directly;
 - `get jobs` with 100,000 jobs in one user's history on SQLite (and a smaller history on the
-  MongoDB wire server nx-27017, which inserts too slowly for 100,000 in this bench's time),
+  MongoDB wire servers nx-27017, which inserts too slowly for 100,000 in this bench's time,
+  and FerretDB v1 on SQLite, built by `make ferretdb`),
   against the same query straight on the store and the same request for a user with no history;
 - log follow: written → received latency and lines per second, against reading the same
   program's lines from a pipe.
@@ -17,6 +18,7 @@ Job packages are written straight into the PFS root (setup, not measured).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
@@ -40,7 +42,7 @@ from pymongo import MongoClient
 from bench import aim
 from bench.platform import Platform as BasePlatform
 from bench.procs import child_pid, cpu_seconds, machine_cpu_seconds
-from mongo_emulator import Nx27017
+from mongo_emulator import FerretDB, Nx27017
 from paddlecloud.common.store import Job, open_store
 from paddlecloud.common.store.models import ACTIVE_STATES, RUNNING
 from paddlecloud.jobs.spec import parse_submission
@@ -818,20 +820,21 @@ async def with_fast_poll(platform: Platform) -> None:
             await kill_active(api)
 
 
-async def on_mongo(platform: Platform, store_url: str) -> None:
-    """`get jobs` on a platform whose store is the MongoDB wire server."""
+async def on_mongo(platform: Platform, store_url: str, server: str) -> None:
+    """`get jobs` on a platform whose store is the MongoDB wire server `server`."""
     await create_users(platform.url, platform.admin_password(), ["hist", "empty"])
     history = await fill_mongo(store_url, "hist", MONGO_HISTORY)
     await add_active(store_url, history)
     print(
-        f"(nx-27017 took {history.seconds:.1f} s to insert {history.count:,} jobs, so {HISTORY:,} would take "
+        f"({server} took {history.seconds:.1f} s to insert {history.count:,} jobs, so {HISTORY:,} would take "
         f"about {history.seconds / history.count * HISTORY:.0f} s; PADDLECLOUD_BENCH_MONGO_JOBS=100000 "
         "runs the full count)"
     )
-    label = f"the MongoDB wire server nx-27017 ({history.count:,} jobs, not {HISTORY:,})"
+    label = f"the MongoDB wire server {server} ({history.count:,} jobs, not {HISTORY:,})"
     # A submit's quota check is the active-jobs query again: not measured twice here.
     await list_latency(platform, store_url, history, label, MONGO_LIST_REQUESTS, checks=False)
-    print("  (nx-27017 reads every job for the active-jobs query, even for a user with none)", flush=True)
+    if server == Nx27017.name:
+        print("  (nx-27017 reads every job for the active-jobs query, even for a user with none)", flush=True)
 
 
 def run(
@@ -858,12 +861,20 @@ def main() -> None:
         root = Path(tmp)
         run(root, "sqlite", {}, on_sqlite)
         run(root, "poll", {"jobs": {"poll_seconds": 0.02}}, with_fast_poll)
-        mongo = Nx27017(root / "nx-27017")
-        try:
-            store_url = f"mongodb://127.0.0.1:{mongo.wait_ready()}/paddlecloud"
-            run(root, "mongo", {"store": {"url": store_url}}, lambda p: on_mongo(p, store_url))
-        finally:
-            mongo.stop()
+        # The same MongoStore on both wire servers, one after the other (docs/storage.md).
+        for server_class in (Nx27017, FerretDB):
+            name = server_class.name
+            mongo = server_class(root / name)
+            try:
+                url = f"mongodb://127.0.0.1:{mongo.wait_ready()}/paddlecloud"
+                run(
+                    root,
+                    f"mongo-{name}",
+                    {"store": {"url": url}},
+                    functools.partial(on_mongo, store_url=url, server=name),
+                )
+            finally:
+                mongo.stop()
     print(
         f"no job process was left running; {time.perf_counter() - start:.0f} s in all, "
         f"load average {os.getloadavg()[0]:.1f} at the end"
