@@ -263,13 +263,14 @@ def releases(real_kube: RealKube, tmp_path_factory: pytest.TempPathFactory) -> I
         admin.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
-def installed(releases: dict[str, Release], values: str) -> tuple[Release, subprocess.CompletedProcess[str]]:
-    """The release of `values`, failing the test where its install failed."""
-    release = releases[values]
+@pytest.fixture(params=SETS)
+def release(releases: dict[str, Release], request: pytest.FixtureRequest) -> Release:
+    """The release of one values set, failing the test where its install failed."""
+    release = releases[request.param]
     assert not release.error, release.error
     assert release.install is not None
-    assert release.install.returncode == 0, f"helm install {values}:\n{release.install.stderr}"
-    return release, release.install
+    assert release.install.returncode == 0, f"helm install {release.values}:\n{release.install.stderr}"
+    return release
 
 
 def rolled_out(workload: Obj) -> bool:
@@ -300,22 +301,19 @@ def wait_rolled_out(admin: KubeClient, release: Release) -> None:
         assert pod["status"]["phase"] == "Running", (pod["metadata"]["name"], pod["status"])
 
 
-@pytest.mark.parametrize("values", SETS)
-def test_helm_install_is_accepted_and_every_workload_runs(
-    real_kube: RealKube, releases: dict[str, Release], values: str
-) -> None:
-    release, result = installed(releases, values)
+def test_helm_install_is_accepted_and_every_workload_runs(real_kube: RealKube, release: Release) -> None:
     admin = real_kube.cluster.admin
-    assert "STATUS: deployed" in result.stdout
+    assert release.install is not None
+    assert "STATUS: deployed" in release.install.stdout
     # Helm prints the API server's warnings (PodSecurity's "would violate", deprecated
     # fields) on stderr: the chart earns none but the one its cephfs values are known for.
-    warnings = [line for line in result.stderr.splitlines() if "Warning" in line]
-    assert all(KNOWN_WARNING.get(values, "\0") in line for line in warnings), warnings
+    warnings = [line for line in release.install.stderr.splitlines() if "Warning" in line]
+    assert all(KNOWN_WARNING.get(release.values, "\0") in line for line in warnings), warnings
     for obj in release.objects:
         name = obj["metadata"]["name"]
         stored = admin.get(f"{collection(obj, release.namespace)}/{name}")
         assert stored["metadata"]["labels"] == obj["metadata"]["labels"], (obj["kind"], name)
-    if values in KNOWN_WARNING:
+    if release.values in KNOWN_WARNING:
         # A real kubelet of this version cannot mount the volume (the API server says
         # so above); the simulated one would pretend to, so "Running" would prove nothing.
         assert warnings
@@ -333,33 +331,61 @@ def stored_secrets(admin: KubeClient, release: Release) -> dict[str, Obj]:
     }
 
 
-@pytest.mark.parametrize("values", SETS)
-def test_helm_upgrade_rolls_every_workload(
-    real_kube: RealKube, releases: dict[str, Release], values: str, tmp_path: Path
-) -> None:
-    release, _ = installed(releases, values)
+def config_checksum(admin: KubeClient, release: Release) -> str:
+    gateway = admin.get(f"/apis/apps/v1/namespaces/{release.namespace}/deployments/{FULLNAME}-gateway")
+    return str(gateway["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+
+@dataclass
+class Upgrade:
+    """What a release had before `helm upgrade --set log.level=debug`, and Helm's answer."""
+
+    checksum: str
+    secrets: dict[str, Obj]
+    result: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def upgrades(
+    real_kube: RealKube, releases: dict[str, Release], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Upgrade]:
+    """Every installed release upgraded at once, with a config change (the tests of the
+    installs ran first: pytest keeps the order of the test functions)."""
     admin = real_kube.cluster.admin
-    gateway = f"/apis/apps/v1/namespaces/{release.namespace}/deployments/{FULLNAME}-gateway"
-    before = admin.get(gateway)["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-    generated = stored_secrets(admin, release)
-    result = helm(
-        real_kube.cluster.admin_kubeconfig,
-        tmp_path,
-        "upgrade",
-        RELEASE,
-        str(CHART),
-        "-n",
-        release.namespace,
-        *values_args(values),
-        "--set",
-        "log.level=debug",
-    )
-    assert result.returncode == 0, result.stderr
-    assert "STATUS: deployed" in result.stdout and "REVISION: 2" in result.stdout
-    assert admin.get(gateway)["spec"]["template"]["metadata"]["annotations"]["checksum/config"] != before
+    home = tmp_path_factory.mktemp("helm-upgrade")
+
+    def upgrade(release: Release) -> Upgrade:
+        checksum, generated = config_checksum(admin, release), stored_secrets(admin, release)
+        result = helm(
+            real_kube.cluster.admin_kubeconfig,
+            home,
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            release.namespace,
+            *values_args(release.values),
+            "--set",
+            "log.level=debug",
+        )
+        return Upgrade(checksum, generated, result)
+
+    ok = [r for r in releases.values() if r.install is not None and r.install.returncode == 0]
+    with ThreadPoolExecutor(max_workers=len(SETS)) as pool:
+        return dict(zip([r.values for r in ok], pool.map(upgrade, ok), strict=True))
+
+
+def test_helm_upgrade_rolls_every_workload(
+    real_kube: RealKube, release: Release, upgrades: dict[str, Upgrade]
+) -> None:
+    admin = real_kube.cluster.admin
+    upgrade = upgrades[release.values]
+    assert upgrade.result.returncode == 0, upgrade.result.stderr
+    assert "STATUS: deployed" in upgrade.result.stdout and "REVISION: 2" in upgrade.result.stdout
+    assert config_checksum(admin, release) != upgrade.checksum
     # The generated secrets are kept: the chart's `lookup` reads them from the real server.
-    assert stored_secrets(admin, release) == generated
-    if values not in KNOWN_WARNING:  # as above: no volume a real kubelet could mount
+    assert stored_secrets(admin, release) == upgrade.secrets
+    if release.values not in KNOWN_WARNING:  # as above: no volume a real kubelet could mount
         wait_rolled_out(admin, release)
 
 
@@ -418,14 +444,12 @@ def create_job_objects(client: KubeClient, tenancy: list[Obj], plan: JobPlan) ->
     return None
 
 
-@pytest.mark.parametrize("values", SETS)
 def test_the_jobs_service_account_creates_a_job_with_its_own_token(
-    real_kube: RealKube, releases: dict[str, Release], values: str
+    real_kube: RealKube, release: Release
 ) -> None:
-    release, _ = installed(releases, values)
     admin = real_kube.cluster.admin
     settings = chart_settings(release.objects)
-    user = f"{stem(values)}-{secrets.token_hex(2)}"
+    user = f"{stem(release.values)}-{secrets.token_hex(2)}"
     tenancy, plan = small_job(user, settings)
     service = real_kube.cluster.service_account(release.namespace, f"{FULLNAME}-jobs")
     try:
