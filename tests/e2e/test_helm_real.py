@@ -26,7 +26,9 @@ import yaml
 from conftest import RealKube
 
 from kube_real import KubeClient, Reply
-from paddlecloud.common.config import KubernetesSection
+from paddlecloud.builder import kaniko_manifests
+from paddlecloud.builder.backend import PipIndex
+from paddlecloud.common.config import KanikoSection, KubernetesSection
 from paddlecloud.common.store import Job, Quota
 from paddlecloud.jobs.backend import Launch
 from paddlecloud.jobs.kube import manifests
@@ -527,3 +529,58 @@ def test_the_chart_rbac_minus_one_rule_is_refused_403(
             admin.request("DELETE", f"{collection(obj)}/{obj['metadata']['name']}")
         admin.request("DELETE", f"/api/v1/namespaces/{plan.namespace}")
         admin.request("DELETE", f"/api/v1/namespaces/{namespace}")
+
+
+# --- The kaniko builder's rights, with its own token ---------------------------------------
+
+
+def test_the_builder_service_account_runs_a_kaniko_build_with_its_own_token(
+    real_kube: RealKube, releases: dict[str, Release]
+) -> None:
+    """What the kaniko backend does for one build (services/builder/kaniko.py), with the
+    token of the chart's builder ServiceAccount: the context ConfigMap and the push
+    Secret, the Job, then both made the Job's (an owner reference that blocks the Job's
+    deletion, which OwnerReferencesPermissionEnforcement allows only to who may update
+    `jobs/finalizers`)."""
+    release = releases["kaniko-values.yaml"]
+    assert release.install is not None and release.install.returncode == 0, release.error or release.install
+    (configmap,) = [
+        o for o in release.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == FULLNAME
+    ]
+    kaniko = yaml.safe_load(configmap["data"]["paddlecloud.yaml"])["builder"]["kaniko"]
+    # The push credentials' file is in the builder's pod, not here; the manifests do not read it.
+    settings = KanikoSection.model_validate({k: v for k, v in kaniko.items() if k != "auth_file"})
+    key = secrets.token_hex(32)
+    build = kaniko_manifests.KanikoBuild(
+        build_id=secrets.token_hex(16),
+        key=key,
+        owner="alice",
+        base=f"python:3.11-slim@sha256:{'0' * 64}",
+        destination=f"{settings.registry}/{settings.repository}:{key}",
+        cache_repo=f"{settings.registry}/{settings.repository}-cache",
+        requirements="numpy\n",
+        builder_version="0.1.0",
+        settings=settings,
+        index=PipIndex(),
+        timeout_seconds=600,
+    )
+    builder = real_kube.cluster.service_account(release.namespace, f"{FULLNAME}-builder")
+    context = kaniko_manifests.context_config_map(build)
+    push = kaniko_manifests.docker_config_secret(build, '{"auths": {}}')
+    job = kaniko_manifests.build_job(build)
+    try:
+        for obj in (context, push):
+            builder.create(collection(obj), obj)
+        made = builder.create(collection(job), job)
+        for obj in (context, push):
+            reply = builder.request(
+                "PATCH",
+                f"{collection(obj)}/{obj['metadata']['name']}",
+                kaniko_manifests.owned_by(made),
+                content_type="application/merge-patch+json",
+            )
+            assert reply.status == 200, reply.message
+    finally:
+        admin = real_kube.cluster.admin
+        for obj in (context, push, job):
+            admin.request("DELETE", f"{collection(obj)}/{obj['metadata']['name']}")
