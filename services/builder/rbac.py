@@ -49,6 +49,12 @@ PERMISSIONS: tuple[Permission, ...] = (
         ("create", "patch", "delete"),
         "each build's registry credentials, written and never read back",
     ),
+    Permission(
+        "batch",
+        "jobs/finalizers",
+        ("update",),
+        "the ConfigMap and Secret block their Job's deletion (OwnerReferencesPermissionEnforcement)",
+    ),
     Permission("", "pods", ("get", "list"), "when the executor starts, and how it ended"),
     Permission("", "pods/log", ("get",), "the build log, streamed as it is written"),
 )

@@ -137,6 +137,8 @@ class Cluster:
     pki: Pki = field(init=False)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     admin: KubeClient = field(init=False)
+    # The admin's kubeconfig (its client certificate), for Helm and other clients.
+    admin_kubeconfig: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.pki = Pki(self.root / "pki")
@@ -282,6 +284,7 @@ class Cluster:
         )
         admin = self.identity("admin", "paddlecloud-admin", ["system:masters"])
         self.admin = self.client(admin)
+        self.admin_kubeconfig = admin.kubeconfig
         self._wait_until("kube-apiserver", lambda: self.admin.request("GET", "/readyz").status == 200)
         kcm = self.identity("kube-controller-manager", "system:kube-controller-manager")
         self._spawn(

@@ -12,6 +12,7 @@ Why not KWOK: docs/testing.md ("The simulated kubelet").
 from __future__ import annotations
 
 import datetime
+import http.client
 import logging
 import threading
 from collections.abc import Callable
@@ -185,7 +186,9 @@ class SimulatedKubelet:
                         self._handled.discard(event["object"]["metadata"]["uid"])
                     elif event["type"] == "ERROR":
                         break  # 410 Gone: list again
-            except (ApiError, OSError) as e:
+            # A connection cut mid-answer (the API server restarting, or stop() closing
+            # it) is an HTTPException, not an OSError: list again, or end when stopping.
+            except (ApiError, OSError, http.client.HTTPException) as e:
                 if not self._stop.is_set():
                     log.warning("simulated kubelet %s: %s; listing again", self.node, e)
                     self._stop.wait(1.0)
