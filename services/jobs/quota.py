@@ -7,9 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-from pydantic import ValidationError
-
 from paddlecloud.common.clients import PfsClient, ServiceError, ServiceUnavailable
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli
@@ -20,8 +17,6 @@ from .backend import Backend
 from .errors import PfsUnavailable, QuotaExceeded, UnknownUser
 from .records import JobRecord, JobRecords
 from .spec import JobSpec
-
-log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,13 +56,8 @@ class Quotas:
     async def _active(self, owner: str) -> list[JobRecord]:
         """The owner's active jobs; one whose stored spec no longer validates is left out
         of the count (logged), not a reason to refuse every later submit."""
-        active = []
-        async for job in self._records.all(owner, ACTIVE_STATES):
-            try:
-                active.append(JobRecord.of(job))
-            except ValidationError:
-                log.warning("stored_spec_invalid", job=job.name, owner=owner)
-        return active
+        records = [JobRecord.read(job) async for job in self._records.all(owner, ACTIVE_STATES)]
+        return [record for record in records if record.stale is None]
 
     @staticmethod
     def _in_use(jobs: list[JobRecord]) -> Resources:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, SUCCEEDED
@@ -51,8 +52,9 @@ class Observed:
     pods: list[dict[str, Any]] = field(default_factory=list)
     refusal: str | None = None
 
-    @property
+    @cached_property
     def attempts(self) -> dict[str, list[Attempt]]:
+        """The pods' attempts, read once (the judge and the backend's events both use them)."""
         return attempts_of(self.pods)
 
 
