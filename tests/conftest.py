@@ -11,6 +11,9 @@ import pytest
 # The session's Ceph cluster, for the tests marked cephfs wherever they live.
 from ceph_cluster import ceph_cluster, cephfs_tmp_path, other_client  # noqa: F401
 
+# The session's Kubernetes control plane (tests/kube_real), for the tests that ask for it.
+from kube_real.fixtures import real_kube  # noqa: F401
+
 
 @pytest.fixture(autouse=True)
 async def no_leaked_tasks() -> AsyncIterator[None]:
@@ -23,17 +26,45 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
     assert not leaked, f"test leaked asyncio tasks: {[t.get_name() for t in leaked]}"
 
 
+# Session fixtures that start a whole cluster: the tests using one run on one pytest-xdist
+# worker (`--dist loadgroup`), so a parallel run starts each cluster once, not per worker.
+_ONE_WORKER = {
+    "ceph_cluster": "ceph",
+    "cephfs_tmp_path": "ceph",
+    "other_client": "ceph",
+    "real_kube": "kube-real",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        groups = {_ONE_WORKER[f] for f in getattr(item, "fixturenames", ()) if f in _ONE_WORKER}
+        if item.get_closest_marker("cephfs"):
+            groups.add("ceph")
+        if groups:
+            # A test needing two clusters would need them on one worker; none does yet.
+            assert len(groups) == 1, f"{item.nodeid} needs {groups} on one worker"
+            item.add_marker(pytest.mark.xdist_group(groups.pop()))
+
+
+_FIGURE = "figure"
 _FIGURES: list[str] = []
 
 
 @pytest.fixture
-def report_figure():
-    """Tests that measure something print it at the end of the run, even when they pass."""
+def report_figure(request: pytest.FixtureRequest):
+    """Tests that measure something print it at the end of the run, even when they pass.
+    The figure travels in the test's report, so it reaches the summary from an xdist worker."""
 
     def report(line: str) -> None:
-        _FIGURES.append(line)
+        request.node.user_properties.append((_FIGURE, line))
 
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        _FIGURES.extend(value for name, value in report.user_properties if name == _FIGURE)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

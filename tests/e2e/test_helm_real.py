@@ -11,10 +11,8 @@ for the module; the tests then wait on what each release made.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,9 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import RealKube
 
-from kube_real import KubeClient, Reply
+from kube_real import KubeClient, Reply, chart
+from kube_real.chart import CHART, FULLNAME, RELEASE, collection, render, values_args
+from kube_real.fixtures import RealKube
 from paddlecloud.builder import kaniko_manifests
 from paddlecloud.builder.backend import PipIndex
 from paddlecloud.common.config import KanikoSection, KubernetesSection
@@ -37,69 +36,25 @@ from paddlecloud.jobs.spec import JobSpec
 
 Obj = dict[str, Any]
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "paddlecloud"
-HELM = Path(sys.executable).parent / "helm"
 VALUES_SETS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 SETS = ["default", *VALUES_SETS]
-RELEASE = "pc"
-FULLNAME = f"{RELEASE}-paddlecloud"
 # Namespaces an operator makes before installing, named by the ci values sets.
 OPERATOR_NAMESPACES = ("paddlecloud-jobs", "paddlecloud-builds")
 # Kubernetes 1.31 removed the in-tree CephFS volume plugin: the API server still accepts
 # the field, warning that it no longer works (values.yaml says to use ceph-csi, kind pvc).
 KNOWN_WARNING = {"cephfs-values.yaml": "cephfs: deprecated in v1.28, non-functional in v1.31+"}
-CLUSTER_SCOPED = frozenset(
-    {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass", "IngressClass"}
-    | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-)
 
 
 def stem(values: str) -> str:
     return values.removesuffix("-values.yaml")
 
 
-def values_args(values: str) -> list[str]:
-    return [] if values == "default" else ["-f", str(CHART / "ci" / values)]
-
-
-def collection(obj: Obj, namespace: str | None = None) -> str:
-    """The API path of the collection `obj` belongs to."""
-    api_version, kind = obj["apiVersion"], obj["kind"]
-    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    lower = kind.lower()
-    plural = (
-        f"{lower[:-1]}ies" if lower.endswith("y") else f"{lower}es" if lower.endswith("s") else f"{lower}s"
-    )
-    if kind in CLUSTER_SCOPED:
-        return f"{base}/{plural}"
-    return f"{base}/namespaces/{obj['metadata'].get('namespace') or namespace}/{plural}"
-
-
 def helm(kubeconfig: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Helm 4 with the admin's kubeconfig: server-side apply (Helm 4's default), its
-    OpenAPI validation against the real server's schemas."""
-    if not HELM.is_file():
-        pytest.fail(f"no Helm at {HELM}: run make install-dev (scripts/install_helm.py)")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("HELM_", "KUBECONFIG"))},
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
-    return subprocess.run(
-        [str(HELM), *args, "--kubeconfig", str(kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
-def render(kubeconfig: Path, home: Path, values: str, namespace: str) -> list[Obj]:
-    out = helm(kubeconfig, home, "template", RELEASE, str(CHART), "-n", namespace, *values_args(values))
-    assert out.returncode == 0, out.stderr
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    """Helm 4 (kube_real/chart.py), failing the test where make install-dev has not fetched it."""
+    try:
+        return chart.helm(kubeconfig, home, *args)
+    except chart.HelmMissing as exc:
+        pytest.fail(str(exc))
 
 
 # --- What an operator makes before installing ------------------------------------------

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import RealKube
 
 from kube_real import KubeClient, PodScript
+from kube_real.fixtures import RealKube
 
 Obj = dict[str, Any]
 
