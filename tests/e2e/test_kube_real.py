@@ -169,18 +169,18 @@ def test_a_service_account_token_has_exactly_its_role(real_kube: RealKube, names
     assert f'User "system:serviceaccount:{namespace}:reader" cannot list resource "secrets"' in reply.message
 
 
-def test_a_job_runs_through_the_real_controllers_and_scheduler(
-    real_kube: RealKube, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_job_runs_through_the_real_controllers_and_scheduler(real_kube: RealKube, namespace: str) -> None:
     admin = real_kube.cluster.admin
-    monkeypatch.setattr(real_kube.kubelet, "script", lambda pod: PodScript(lines=("hello", "from the job")))
-    admin.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job("hello"))
-    # Made by the real Job controller, bound by the real scheduler, run by the simulated kubelet.
-    pod = admin.wait_for(
-        f"/api/v1/namespaces/{namespace}/pods",
-        lambda p: p.get("status", {}).get("phase") == "Succeeded",
-        query={"labelSelector": "job-name=hello"},
-    )
+    with real_kube.scripted(lambda pod: PodScript(lines=("hello", "from the job"), run_seconds=1)):
+        admin.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", job("hello"))
+        # Made by the real Job controller, bound by the real scheduler, run by the simulated
+        # kubelet: Running for its second, then Succeeded.
+        for phase in ("Running", "Succeeded"):
+            pod = admin.wait_for(
+                f"/api/v1/namespaces/{namespace}/pods",
+                lambda p, phase=phase: p.get("status", {}).get("phase") == phase,
+                query={"labelSelector": "job-name=hello"},
+            )
     assert pod["spec"]["nodeName"] == real_kube.kubelet.node
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("Job", "hello", True)

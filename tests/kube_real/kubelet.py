@@ -39,6 +39,9 @@ class PodScript:
     reason: str | None = None
     # The containers keep running until the pod is deleted.
     run_forever: bool = False
+    # The containers run this long before they exit (0: at once); a pod deleted meanwhile
+    # ends as a deleted pod does.
+    run_seconds: float = 0.0
     # The image is never pulled: waiting in ErrImagePull, then ImagePullBackOff.
     image_pull_error: bool = False
     # The node evicts the pod instead: Failed, reason Evicted, condition DisruptionTarget.
@@ -84,6 +87,7 @@ class SimulatedKubelet:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._handled: set[str] = set()  # uids of pods whose containers were started
+        self._ended: set[str] = set()  # uids of pods whose containers exited
 
     # -- the node ----------------------------------------------------------------------
     def _conditions(self) -> list[Obj]:
@@ -184,6 +188,7 @@ class SimulatedKubelet:
                         self._sync(event["object"])
                     elif event["type"] == "DELETED":
                         self._handled.discard(event["object"]["metadata"]["uid"])
+                        self._ended.discard(event["object"]["metadata"]["uid"])
                     elif event["type"] == "ERROR":
                         break  # 410 Gone: list again
             # A connection cut mid-answer (the API server restarting, or stop() closing
@@ -306,9 +311,28 @@ class SimulatedKubelet:
             return
         if script.run_forever:
             return
+        if script.run_seconds > 0:
+            timer = threading.Timer(script.run_seconds, self._finish_run, (pod, script, started))
+            timer.daemon = True
+            timer.start()
+            return
         self._terminate(pod, script.exit_code, script.reason, started)
 
+    def _finish_run(self, pod: Obj, script: PodScript, started: str) -> None:
+        """A container that ran `run_seconds` exits, unless its pod went meanwhile."""
+        uid = pod["metadata"]["uid"]
+        if self._stop.is_set() or uid not in self._handled or uid in self._ended:
+            return
+        try:
+            self._terminate(pod, script.exit_code, script.reason, started)
+        except (ApiError, OSError, http.client.HTTPException) as e:
+            log.warning("simulated kubelet %s: ending %s: %s", self.node, pod["metadata"]["name"], e)
+        except Exception as e:
+            self.errors.append(e)
+            log.exception("simulated kubelet %s crashed", self.node)
+
     def _terminate(self, pod: Obj, exit_code: int, reason: str | None, started: str) -> None:
+        self._ended.add(pod["metadata"]["uid"])
         for c in pod["spec"]["containers"]:
             self.logs.finish((pod["metadata"]["namespace"], pod["metadata"]["name"], c["name"]))
         terminated = {
