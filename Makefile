@@ -85,8 +85,13 @@ lint: install-dev
 	$(BIN)/radon cc -s -n C --show-closures services/jobs/
 	$(BIN)/python scripts/complexity.py --max $(MAX_COMPLEXITY) services/jobs/
 
+# The suite waits on processes and sockets far more than it computes, so it runs on more
+# pytest-xdist workers than the machine has cores; the tests that share one session cluster
+# (Ceph, the Kubernetes control plane) stay on one worker each (tests/conftest.py).
+TEST_WORKERS ?= 4
+
 test: lint system-deps kube-control-plane ferretdb
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The real Kubernetes control plane the tests run against (docs/testing.md): etcd,
 # kube-apiserver, kube-controller-manager and kube-scheduler built from Kubernetes' own Go

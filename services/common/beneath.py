@@ -27,6 +27,7 @@ RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
 REFUSED = "a symlink is in the way, which root does not follow"
+_EAGAIN_RETRIES = 1000
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -48,14 +49,22 @@ _LIBC = load_libc()
 def openat2(
     dirfd: int, relative: str, flags: int, mode: int, resolve: int = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
 ) -> int:
-    """openat2(2): `relative` opened beneath `dirfd`; an escape fails with EXDEV."""
+    """openat2(2): `relative` opened beneath `dirfd`; an escape fails with EXDEV.
+
+    With RESOLVE_BENEATH the kernel answers EAGAIN when a rename or mount anywhere on the
+    system raced a ".." step of the walk (it cannot then prove the step stayed beneath), and
+    openat2(2) says to retry: a busy machine renames all the time, so this retries, a bounded
+    number of times."""
     assert _LIBC is not None and _SYS_OPENAT2 is not None
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve)
-    fd = int(_LIBC.syscall(_SYS_OPENAT2, dirfd, relative.encode(), ctypes.byref(how), ctypes.sizeof(how)))
-    if fd < 0:
+    for _ in range(_EAGAIN_RETRIES):
+        fd = int(_LIBC.syscall(_SYS_OPENAT2, dirfd, relative.encode(), ctypes.byref(how), ctypes.sizeof(how)))
+        if fd >= 0:
+            return fd
         code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), relative)
-    return fd
+        if code != errno.EAGAIN:
+            break
+    raise OSError(code, os.strerror(code), relative)
 
 
 def probe_openat2() -> bool:

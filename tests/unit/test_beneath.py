@@ -3,6 +3,8 @@ aimed at a canary outside the tree, refuses it, and leaves the canary as it was.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import stat
 from pathlib import Path
@@ -163,3 +165,37 @@ def test_a_set_uid_file_given_back_to_root_loses_its_set_uid_bits(tree: Path) ->
     beneath.chown_tree(tree, 0, 0)
     st = program.lstat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+
+
+def test_an_open_the_kernel_asks_to_retry_is_retried(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RESOLVE_BENEATH answers EAGAIN when any rename or mount on the machine races a ".."
+    step of the walk, and openat2(2) says to retry. A pfs request once answered 500 so,
+    during a parallel test run; the race is too narrow to provoke on demand, so the kernel's
+    first three answers here are EAGAIN, then it walks for real."""
+    if not beneath.probe_openat2():
+        pytest.skip("this kernel has no openat2")
+    (tree / "sub" / "file").write_bytes(b"x")
+    libc = beneath._LIBC
+    answers = iter([errno.EAGAIN] * 3)
+
+    class Racing:
+        def syscall(self, *args: object) -> int:
+            code = next(answers, None)
+            if code is None:
+                return int(libc.syscall(*args))
+            ctypes.set_errno(code)
+            return -1
+
+    monkeypatch.setattr(beneath, "_LIBC", Racing())
+    top = os.open(tree, os.O_PATH | os.O_DIRECTORY)
+    try:
+        fd = beneath.openat2(top, "sub/../sub/file", os.O_RDONLY, 0)
+        assert os.read(fd, 1) == b"x"
+        os.close(fd)
+        # Anything else the kernel answers is an error at once, with its own errno.
+        with pytest.raises(FileNotFoundError):
+            beneath.openat2(top, "sub/missing", os.O_RDONLY, 0)
+    finally:
+        os.close(top)
