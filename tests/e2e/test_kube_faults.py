@@ -19,7 +19,7 @@ import pytest
 import yaml
 from test_jobs_cli import as_json, make_package, ok, run_cli, wait_for_state
 
-from kube_real import PodScript
+from kube_real import KubeClient, PodScript
 from kube_real.chart import install_rights
 from kube_real.faults import FaultProxy
 from kube_real.fixtures import RealKube
@@ -148,6 +148,66 @@ def wait(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)  # the CLI and the admin's lists are what is polled, not the service
+
+
+def changes(watch: Iterator[Obj]) -> Iterator[Obj]:
+    """A watch's events without its bookmarks (the API server sends them when it likes)."""
+    return (event for event in watch if event["type"] != "BOOKMARK")
+
+
+def test_the_proxy_streams_and_injects_each_fault(real_kube: RealKube, tmp_path: Path) -> None:
+    """The proxy itself, with the jobs service's token: a watch streams through it (an
+    event arrives while the watch is open, not when it ends), and each fault is what the
+    tests below rely on."""
+    admin = real_kube.cluster.admin
+    rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{secrets.token_hex(2)}")
+    configmaps = f"/api/v1/namespaces/{rights.namespace}/configmaps"
+    try:
+        with FaultProxy(real_kube.cluster) as proxy:
+            token = yaml.safe_load(proxy.kubeconfig(rights.kubeconfig).read_text())["users"][0]["user"][
+                "token"
+            ]
+            service = KubeClient(proxy.url, real_kube.cluster.pki.ca_cert, token=token)
+            # The root CA publisher's ConfigMap comes with a new namespace: in the list, not the watch.
+            admin.wait_for(configmaps, lambda _: True, name="kube-root-ca.crt")
+            version = service.get(configmaps)["metadata"]["resourceVersion"]
+            watch = changes(service.watch(configmaps, resource_version=version, timeout=60))
+            admin.create(configmaps, {"metadata": {"name": "first"}})
+            assert next(watch)["object"]["metadata"]["name"] == "first"
+            # Still open: the second change comes on the same stream.
+            admin.create(configmaps, {"metadata": {"name": "second"}})
+            assert next(watch)["object"]["metadata"]["name"] == "second"
+
+            proxy.expire_watches()
+            assert list(watch) == []  # ended, cleanly
+            [event] = service.watch(configmaps, resource_version=version, timeout=60)
+            assert event["type"] == "ERROR" and event["object"]["code"] == 410, event
+            assert event["object"]["reason"] == "Expired"
+            assert event["object"]["message"].startswith(f"too old resource version: {version} (")
+            fresh = service.get(configmaps)["metadata"]["resourceVersion"]
+            watch = changes(service.watch(configmaps, resource_version=fresh, timeout=60))
+            admin.create(configmaps, {"metadata": {"name": "third"}})
+            assert next(watch)["object"]["metadata"]["name"] == "third"
+
+            proxy.fail(500, seconds=60, method="GET", path="/configmaps$")
+            assert list(watch) == []  # a failing server's watches end
+            failed = service.request("GET", configmaps)
+            assert failed.status == 500 and failed.body["reason"] == "InternalError", failed
+            assert service.request("GET", f"/api/v1/namespaces/{rights.namespace}/pods").status == 200
+            proxy.heal()
+            assert service.request("GET", configmaps).status == 200
+
+            proxy.hang(method="POST", path="/configmaps$", times=1, forward=True)
+            with pytest.raises(TimeoutError):
+                service.request("POST", configmaps, {"metadata": {"name": "lost"}}, timeout=2)
+            # The API server made it; only the answer was lost. The next call is answered.
+            assert admin.get(f"{configmaps}/lost")["metadata"]["name"] == "lost"
+            again = service.request("POST", configmaps, {"metadata": {"name": "lost"}})
+            assert again.status == 409, again
+            seen = [(r.method, r.fault) for r in proxy.requests if r.path == configmaps]
+            assert ("POST", "hung") in seen and ("GET", "expired") in seen and ("GET", "failed") in seen
+    finally:
+        rights.remove()
 
 
 def test_an_expired_watch_relists_without_missing_the_end(
