@@ -84,13 +84,6 @@ class Seen:
     def watch(self) -> bool:
         return self.query.get("watch") in ("1", "true")
 
-    @property
-    def verb(self) -> str:
-        """The verb as RBAC names it, for the resource requests the tests count."""
-        if self.method == "GET":
-            return "watch" if self.watch else "get-or-list"
-        return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(self.method, "")
-
 
 @dataclass
 class _Rule:
