@@ -232,50 +232,6 @@ def test_a_jobs_service_killed_mid_job_records_the_right_end(
     assert "[trainer-1] working" in ok(run_cli(server, "logs", "survivor")).splitlines()
 
 
-def test_an_expired_watch_relists_without_missing_the_end(
-    server: Any, kube: FakeKube, tmp_path: Path
-) -> None:
-    kube.script = script(trainer=lambda pod: PodScript(lines=["x"], run_seconds=4))
-    submit(server, tmp_path, "relist")
-    wait_for_state(server, "relist", ("RUNNING",))
-    lists_before = sum(1 for r in kube.requests if r.verb == "list" and r.resource == "jobs")
-    kube.pause_kubelet()
-    kube.expire_watches()  # every watch ends; resuming from where it was answers 410
-    kube.resume_kubelet()
-    done = wait_for_state(server, "relist", ("SUCCEEDED", "FAILED"))
-    assert done["state"] == "SUCCEEDED"
-    assert sum(1 for r in kube.requests if r.verb == "list" and r.resource == "jobs") > lists_before
-
-
-def test_an_api_server_answering_500_for_a_minute_loses_nothing(
-    server: Any, kube: FakeKube, tmp_path: Path
-) -> None:
-    kube.script = script(trainer=lambda pod: PodScript(lines=["steady"], run_seconds=3))
-    submit(server, tmp_path, "steady")
-    wait_for_state(server, "steady", ("RUNNING",))
-    kube.fail(500, seconds=60)
-    deadline = time.monotonic() + 60
-    seen: set[str] = set()
-    reasons: set[str] = set()
-    later = None
-    while time.monotonic() < deadline - 5:
-        job = as_json(run_cli(server, "-o", "json", "get", "job", "steady"))
-        seen.add(job["state"])
-        reasons.add(job["reason"])
-        if later is None:
-            # A submit meanwhile waits for the API rather than failing.
-            later = submit(server, tmp_path, "later")
-        time.sleep(2)
-    assert seen == {"RUNNING"}, seen
-    assert any("the Kubernetes API is not answering" in r for r in reasons), reasons
-    waiting = as_json(run_cli(server, "-o", "json", "get", "job", "later"))
-    assert waiting["state"] == "PENDING" and "the job starts once it does" in waiting["reason"], waiting
-    kube.heal()
-    assert wait_for_state(server, "steady", ("SUCCEEDED", "FAILED"), timeout=60)["state"] == "SUCCEEDED"
-    assert wait_for_state(server, "later", ("SUCCEEDED", "FAILED"), timeout=60)["state"] == "SUCCEEDED"
-    assert "[trainer-0] steady" in ok(run_cli(server, "logs", "steady")).splitlines()
-
-
 def test_two_users_land_in_two_namespaces_with_their_quotas(
     server: Any, kube: FakeKube, tmp_path: Path
 ) -> None:
