@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from real_registry import PASSWORD, USER, has_tag, put_image, registry_missing, 
 from registry_fake import FakeRegistry
 
 from kube_real import KubeClient, PodScript
-from kube_real.chart import ChartRights, install_rights
+from kube_real.builds import Builds, builds_namespace
 from kube_real.fixtures import RealKube
 from kube_real.kubelet import default_script
 from paddlecloud.builder import kaniko_manifests as manifests
@@ -59,54 +58,10 @@ PIP_FAILURE = (
 PUSHED = ("INFO[0000] Retrieving image", "Successfully installed tinypkg-1.0", "INFO[0005] Pushed")
 
 
-@dataclass
-class Builds:
-    """One test's builds namespace and the chart's builder rights for it."""
-
-    namespace: str
-    rights: ChartRights
-
-
-def with_ephemeral_storage(real_kube: RealKube, size: str = "100Gi") -> None:
-    """The simulated node advertises `ephemeral-storage` as every real kubelet does: the
-    executor requests it (builder.kaniko.ephemeral_storage), and the real scheduler
-    leaves a pod that requests more than a node has Pending ("Insufficient
-    ephemeral-storage"). The kubelet's heartbeats patch only conditions, so this stays."""
-    extra = {"ephemeral-storage": size}
-    real_kube.cluster.admin.merge_patch(
-        f"/api/v1/nodes/{real_kube.kubelet.node}/status",
-        {"status": {"capacity": extra, "allocatable": extra}},
-    )
-
-
 @pytest.fixture
 def builds(real_kube: RealKube, tmp_path: Path) -> Iterator[Builds]:
-    """A builds namespace made as an operator makes it (Pod Security `baseline`, which
-    Kaniko's root executor needs: docs/builder.md), and the chart's builder Role in it,
-    bound to the builder's ServiceAccount in a namespace of its own."""
-    admin = real_kube.cluster.admin
-    with_ephemeral_storage(real_kube)
-    token = secrets.token_hex(3)
-    namespace = f"pcbuilds-{token}"
-    labels = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "baseline"}
-    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels}})
-    try:
-        # Until the ServiceAccount controller made `default`, admission refuses every pod.
-        admin.wait_for(f"/api/v1/namespaces/{namespace}/serviceaccounts", lambda _: True, name="default")
-        rights = install_rights(
-            real_kube.cluster,
-            tmp_path,
-            f"pcbuilder-{token}",
-            service="builder",
-            values="kaniko-values.yaml",
-            sets=(f"builder.kaniko.namespace={namespace}",),
-        )
-        try:
-            yield Builds(namespace, rights)
-        finally:
-            rights.remove()
-    finally:
-        admin.request("DELETE", f"/api/v1/namespaces/{namespace}")
+    with builds_namespace(real_kube, tmp_path) as made:
+        yield made
 
 
 @dataclass
