@@ -209,8 +209,8 @@ async def test_a_build_runs_as_a_kaniko_job_and_its_image_is_then_a_cache_hit(
         assert status == 201, build
         assert build["key"] == planned["key"]
         done = await wait_final(client, build["id"])
-    assert not registry.errors, registry.errors
     assert done["state"] == "SUCCEEDED", done
+    assert not registry.errors, registry.errors
     assert done["image"] == f"{registry.host}/{REPO}:{build['key']}"
     # While it ran, the Job was there as manifests.build_job made it.
     [(key, job, _)] = registry.runs
@@ -262,8 +262,8 @@ async def test_identical_requests_share_one_build(
         ids = {build["id"] for _, build in answers}
         assert len(ids) == 1, answers
         done = await wait_final(client, ids.pop())
-    assert not registry.errors, registry.errors
     assert done["state"] == "SUCCEEDED", done
+    assert not registry.errors, registry.errors
     # One Job ran one executor pod.
     assert len(registry.runs) == 1, registry.runs
 
@@ -280,8 +280,8 @@ async def test_a_pip_failure_fails_the_build_with_its_last_error_lines(
     with real_kube.scripted(script):
         _, build = await call(client, "POST", API, {"requirements": "nosuchpkg==1.0\n"})
         done = await wait_final(client, build["id"])
+    assert done["state"] == "FAILED", done
     assert not registry.errors, registry.errors
-    assert done["state"] == "FAILED"
     assert done["reason"].startswith("the build failed (Kaniko exit 1): ERROR: Could not find a version"), (
         done
     )
@@ -310,8 +310,8 @@ async def test_a_build_past_its_timeout_is_stopped_and_says_so(
     with real_kube.scripted(kaniko(real_kube.cluster.admin, registry, lines, push=False, run_forever=True)):
         _, build = await call(client, "POST", API, {"requirements": "tinypkg\n"})
         done = await wait_final(client, build["id"])
+    assert done["state"] == "FAILED", done
     assert not registry.errors, registry.errors
-    assert done["state"] == "FAILED"
     assert done["reason"] == "the build took longer than 1 s and was stopped"
     # The running pod is stopped too: the garbage collector deletes it with its Job.
     await all_gone(real_kube.cluster.admin, builds.namespace, build["id"])
@@ -350,8 +350,8 @@ async def test_a_moved_base_tag_is_a_new_key_and_a_private_base_is_read_with_the
         status, build = await call(client, "POST", API, {**private, "registry": "mine"}, user="bob")
         assert status == 201, build
         done = await wait_final(client, build["id"], user="bob")
-    assert not registry.errors, registry.errors
     assert done["state"] == "SUCCEEDED", done
+    assert not registry.errors, registry.errors
     assert (
         f"FROM {registry.host}/private/base@sha256:"
         in (await call(client, "GET", f"{API}/{build['id']}/logs", user="bob"))[1]
