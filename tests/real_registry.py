@@ -1,17 +1,24 @@
 """A real registry and a real image builder on loopback, for the Kaniko backend's tests and
 bench: Debian's `docker-registry` (the CNCF distribution registry) with htpasswd auth, and
 `buildah` (vfs storage, chroot isolation: needs root) with a base image made from the host's
-Python. No import of the test helpers: bench/builder.py uses this too.
+Python; and `put_image`, which pushes a small image through the Registry API as Kaniko's
+push would, for tests whose Kaniko is a scripted pod. No import of the test helpers:
+bench/builder.py uses this too.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import io
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -35,14 +42,22 @@ STDLIB_SKIP = {
 }
 
 
+def registry_missing() -> str | None:
+    """Why the real registry cannot run here, or None."""
+    for tool, package in (("docker-registry", "docker-registry"), ("htpasswd", "apache2-utils")):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian package {package}; `make system-deps`)"
+    return None
+
+
 def missing() -> str | None:
     """Why the real registry and builder cannot run here, or None."""
     if os.geteuid() != 0:
         return "buildah with --isolation chroot needs root"
-    tools = (("buildah", "buildah"), ("docker-registry", "docker-registry"), ("htpasswd", "apache2-utils"))
-    for tool, package in tools:
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (Debian package {package}; `make system-deps`)"
+    if shutil.which("buildah") is None:
+        return "buildah is not installed (Debian package buildah; `make system-deps`)"
+    if (why := registry_missing()) is not None:
+        return why
     version = f"python3.{sys.version_info.minor}"
     if not (STDLIB / "lib-dynload").is_dir() or not Path(f"/usr/bin/{version}").exists():
         return f"the base image is made from Debian's {version}, which is not installed"
@@ -51,11 +66,16 @@ def missing() -> str | None:
     return None
 
 
-def start_registry(where: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """docker-registry on a free loopback port with htpasswd auth for USER; its host:port."""
-    htpasswd = subprocess.run(
-        ["htpasswd", "-Bbn", USER, PASSWORD], check=True, capture_output=True, text=True
-    ).stdout
+def start_registry(where: Path, users: dict[str, str] | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+    """docker-registry on a free loopback port with htpasswd auth for USER (and `users`,
+    name → password); its host:port. Every user it knows may read and push anywhere."""
+    htpasswd = "".join(
+        subprocess.run(
+            ["htpasswd", "-Bbn", name, password], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        + "\n"
+        for name, password in {USER: PASSWORD, **(users or {})}.items()
+    )
     (where / "htpasswd").write_text(htpasswd)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -167,3 +187,117 @@ def push(buildah: list[str], image: str, destination: str) -> None:
         image,
         f"docker://{destination}",
     )
+
+
+# -- Pushing without a builder -----------------------------------------------------------
+
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def _registry_call(
+    method: str, url: str, body: bytes | None, headers: dict[str, str], user: str, password: str
+) -> tuple[int, dict[str, str]]:
+    login = base64.b64encode(f"{user}:{password}".encode()).decode()
+    # Always http://<loopback registry>: the callers build the URL.
+    request = urllib.request.Request(  # noqa: S310
+        url, data=body, method=method, headers={**headers, "Authorization": f"Basic {login}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers)
+
+
+def _put_blob(host: str, repository: str, blob: bytes, user: str, password: str) -> str:
+    """One blob by a monolithic upload (POST, then PUT with the digest); its digest."""
+    digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+    status, headers = _registry_call(
+        "POST", f"http://{host}/v2/{repository}/blobs/uploads/", b"", {}, user, password
+    )
+    assert status == 202, f"starting an upload to {host}/{repository}: {status}"
+    location = headers["Location"]
+    if location.startswith("/"):
+        location = f"http://{host}{location}"
+    separator = "&" if "?" in location else "?"
+    status, _ = _registry_call(
+        "PUT",
+        f"{location}{separator}digest={digest}",
+        blob,
+        {"Content-Type": "application/octet-stream"},
+        user,
+        password,
+    )
+    assert status == 201, f"uploading {digest} to {host}/{repository}: {status}"
+    return digest
+
+
+def put_image(
+    host: str, repository: str, tag: str, marker: str, *, user: str = USER, password: str = PASSWORD
+) -> str:
+    """Push a small image to `host/repository:tag` through the Registry API v2, as Kaniko's
+    push does (the layers and the config as blobs, then the manifest under the tag): one
+    layer holding the file `marker` with `marker` in it, so images with other markers have
+    other digests. The manifest's digest."""
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as archive:
+        data = marker.encode()
+        info = tarfile.TarInfo("marker")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    layer = gzip.compress(tar.getvalue(), mtime=0)
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Labels": {"marker": marker}},
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": [f"sha256:{hashlib.sha256(tar.getvalue()).hexdigest()}"],
+            },
+        }
+    ).encode()
+    layer_digest = _put_blob(host, repository, layer, user, password)
+    config_digest = _put_blob(host, repository, config, user, password)
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_V2,
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": len(config),
+                "digest": config_digest,
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                    "size": len(layer),
+                    "digest": layer_digest,
+                }
+            ],
+        }
+    ).encode()
+    status, headers = _registry_call(
+        "PUT",
+        f"http://{host}/v2/{repository}/manifests/{tag}",
+        manifest,
+        {"Content-Type": MANIFEST_V2},
+        user,
+        password,
+    )
+    assert status == 201, f"pushing the manifest {host}/{repository}:{tag}: {status}"
+    return headers["Docker-Content-Digest"]
+
+
+def has_tag(host: str, repository: str, tag: str, *, user: str = USER, password: str = PASSWORD) -> bool:
+    """Whether the registry has a manifest under `repository:tag` (a HEAD, as a pull starts)."""
+    status, _ = _registry_call(
+        "HEAD",
+        f"http://{host}/v2/{repository}/manifests/{tag}",
+        None,
+        {"Accept": MANIFEST_V2},
+        user,
+        password,
+    )
+    assert status in (200, 404), f"HEAD {host}/{repository}:{tag}: {status}"
+    return status == 200

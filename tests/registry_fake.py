@@ -1,13 +1,12 @@
 """A small Registry HTTP API v2 on loopback that authenticates the way Docker Hub does: a
 401 with `WWW-Authenticate: Bearer realm=...,service=...,scope=...`, a token server that
 checks basic credentials, then the request again with the token. It holds manifests by
-repository and tag (what a HEAD asks), and counts the requests, for the tests of the
-builder's registry client and of the Kaniko backend against the fake cluster (whose pod
-script "pushes" by calling `put`). The real registry (Debian's docker-registry with
-htpasswd, basic auth) is tested in tests/component/test_builder_buildah.py.
+repository and tag (what a HEAD asks), and counts the requests, for the test of the
+builder's registry client that the real registry cannot serve: Debian's docker-registry
+(tests/real_registry.py, which the Kaniko backend's other tests use) is set up with
+htpasswd, basic auth.
 
-It runs in a thread of its own, like the fake cluster, so a pod script in that cluster's
-thread and an async test can both use it.
+It runs in a thread of its own, so an async test can use it without blocking its loop.
 """
 
 from __future__ import annotations

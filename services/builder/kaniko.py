@@ -78,6 +78,12 @@ class KanikoBuildBackend(BuildBackend):
             raise ValueError("builder.kaniko.registry is not set")
         self._settings = settings
         self._kube_settings = config.jobs.kubernetes
+        if settings.kubeconfig is not None:
+            # The builder's own account, not the jobs service's (which has no right to
+            # make a build's objects the Job's: jobs/finalizers).
+            self._kube_settings = self._kube_settings.model_copy(
+                update={"kubeconfig": settings.kubeconfig, "context": settings.context}
+            )
         self._given_kube = kube
         self._kube: Kube | None = kube
         self._registry_host = host_of(settings.registry)

@@ -174,6 +174,16 @@ class DatacenterVolume(_Section):
         return self
 
 
+def _kubeconfig_path(cls: Any, value: str | None) -> str | None:
+    """A kubeconfig setting: unset, "in-cluster", or a file that exists."""
+    if value is None or value == "in-cluster":
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no kubeconfig file at {value} (give a file, or in-cluster)")
+    return str(path)
+
+
 class KubernetesSection(_Section):
     """The kubernetes jobs backend (docs/kubernetes.md)."""
 
@@ -275,15 +285,7 @@ class KubernetesSection(_Section):
             raise ValueError(f"{value!r} is below a job's default container (1 CPU, 1Gi)")
         return value
 
-    @field_validator("kubeconfig")
-    @classmethod
-    def _kubeconfig(cls, value: str | None) -> str | None:
-        if value is None or value == "in-cluster":
-            return value
-        path = Path(value).expanduser()
-        if not path.is_file():
-            raise ValueError(f"no kubeconfig file at {value} (give a file, or in-cluster)")
-        return str(path)
+    _kubeconfig = field_validator("kubeconfig")(_kubeconfig_path)
 
 
 class JobsSection(ServiceSection):
@@ -392,6 +394,13 @@ class KanikoSection(_Section):
     trusted_hosts: tuple[str, ...] = ()
     # How often the builder looks at a build pod that has not started yet.
     poll_seconds: float = Field(1.0, gt=0)
+    # The builder's own credentials for the cluster: "in-cluster" or a kubeconfig file
+    # (with `context`, else its current one). Unset: jobs.kubernetes's kubeconfig and
+    # context. In the chart each service's pod has its own ServiceAccount either way; where
+    # one machine runs both services (`paddlecloud server`), this keeps the builder to
+    # its own Role rather than the jobs service's rights.
+    kubeconfig: str | None = None
+    context: str | None = None
 
     @field_validator("insecure_registries", "trusted_hosts", mode="before")
     @classmethod
@@ -410,6 +419,8 @@ class KanikoSection(_Section):
         except QuantityError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    _kubeconfig = field_validator("kubeconfig")(_kubeconfig_path)
 
     @field_validator("auth_file")
     @classmethod

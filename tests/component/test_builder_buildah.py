@@ -11,8 +11,12 @@ after the build (a HEAD), a miss again once the base tag moved (a new digest, a 
 wrong credentials refused in words; and the pushed image's config and last layer show the
 requirements installed.
 
-Needs root, buildah, docker-registry and htpasswd (`make system-deps`); skipped otherwise,
-saying which is missing.
+The backend opens as the chart's builder ServiceAccount on the real control plane
+(tests/kube_real/builds.py), as in the builder's other tests; buildah stands in for the
+Job, so it asks the cluster nothing.
+
+Needs root, buildah, docker-registry and htpasswd (`make system-deps`), and the control
+plane built (`make kube-control-plane`); skipped otherwise, saying which is missing.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ from real_registry import (
     start_registry,
 )
 
-from kube_fake import FakeKube
+from kube_real.builds import builds_namespace
+from kube_real.fixtures import RealKube
 from paddlecloud.builder.backend import BackendUnavailable, BuildRequest
 from paddlecloud.builder.kaniko import KanikoBuildBackend
 from paddlecloud.builder.kaniko_manifests import IMAGE_LABEL_KEY, context_files
@@ -102,7 +107,7 @@ def wheelhouse(tmp_path: Path) -> Iterator[str]:
 
 
 async def test_the_generated_context_builds_and_the_registry_answers_hits_and_misses(
-    registry: str, buildah: list[str], wheelhouse: str, tmp_path: Path
+    registry: str, buildah: list[str], wheelhouse: str, real_kube: RealKube, tmp_path: Path
 ) -> None:
     base = f"{registry}/{BASE}:3.11"
     root = base_root(tmp_path / "root")
@@ -111,10 +116,12 @@ async def test_the_generated_context_builds_and_the_registry_answers_hits_and_mi
     auth = tmp_path / "push.json"
     auth.write_text(dockerconfigjson({registry: Credentials(USER, PASSWORD)}))
     wheel_host = wheelhouse.split("//", 1)[1].split(":", 1)[0]
-    with FakeKube() as kube:
+    # The backend connects as the chart's builder ServiceAccount (it asks the cluster
+    # nothing here: the Job is what buildah stands in for).
+    with builds_namespace(real_kube, tmp_path) as builds:
         config = make_config(
             tmp_path,
-            jobs={"kubernetes": {"kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig"))}},
+            jobs={"kubernetes": {"kubeconfig": str(builds.rights.kubeconfig)}},
             builder={
                 "backend": "kaniko",
                 "find_links": [wheelhouse],
@@ -125,6 +132,7 @@ async def test_the_generated_context_builds_and_the_registry_answers_hits_and_mi
                     "auth_file": str(auth),
                     "base_image": base,
                     "trusted_hosts": [wheel_host],
+                    "namespace": builds.namespace,
                 },
             },
         )

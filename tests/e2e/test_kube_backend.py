@@ -20,12 +20,9 @@ from typing import Any
 
 import pytest
 import yaml
-from registry_fake import FakeRegistry
 from test_jobs_cli import as_json, make_package, ok, run_cli, wait_for_state
 
 from kube_fake import FakeKube, PodScript
-from paddlecloud.builder import kaniko_manifests
-from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson
 from paddlecloud.jobs.kube import rbac
 from paddlecloud.jobs.kube.names import LABEL_JOB, LABEL_ROLE, namespace_for
 
@@ -419,63 +416,3 @@ def test_bad_kubernetes_settings_stop_the_server_with_one_clear_line(
     assert result.returncode != 0
     assert expected in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
-
-
-def test_a_job_with_requirements_is_built_by_kaniko_and_runs_on_the_image(
-    server_factory: Any, kube: FakeKube, tmp_path: Path
-) -> None:
-    """PENDING → BUILDING → RUNNING on the built image, with the kaniko builder: the build
-    pod's script plays Kaniko and pushes the key's tag to the (fake, token-auth) registry."""
-    with FakeRegistry({"pusher": "push-secret"}) as registry:
-        registry.put("base/python", "3.11", "base")
-        kube.create("namespaces", {"metadata": {"name": "paddlecloud-builds"}})
-        auth = tmp_path / "push.json"
-        auth.write_text(dockerconfigjson({registry.host: Credentials("pusher", "push-secret")}))
-        path = kube_config(tmp_path, kube, default_image=f"{registry.host}/base/python:3.11")
-        config = yaml.safe_load(path.read_text())
-        config["builder"] = {
-            "backend": "kaniko",
-            "poll_seconds": 0.05,
-            "kaniko": {
-                "registry": registry.host,
-                "repository": "paddlecloud/runtime",
-                "insecure_registries": [registry.host],
-                "auth_file": str(auth),
-                "namespace": "paddlecloud-builds",
-                "poll_seconds": 0.05,
-            },
-        }
-        path.write_text(yaml.safe_dump(config))
-        server = server_factory("--server-config", str(path))
-
-        def decide(pod: dict[str, Any]) -> PodScript:
-            key = (pod["metadata"].get("annotations") or {}).get(kaniko_manifests.ANNOTATION_KEY)
-            if key:
-                registry.put("paddlecloud/runtime", key, f"runtime {key}")
-                return PodScript(lines=["Successfully installed tinypkg-1.0", "INFO Pushed"], run_seconds=1)
-            return script(trainer=lambda p: PodScript(lines=["on the built image"], run_seconds=3))(pod)
-
-        kube.script = decide
-        package = tmp_path / "with-reqs"
-        make_package(package)
-        (package / "requirements.txt").write_text("tinypkg==1.0\n")
-        ok(run_cli(server, "submit", "--name", "built", str(package)))
-        seen = set()
-        job = wait(
-            lambda: (
-                seen.add((j := as_json(run_cli(server, "-o", "json", "get", "job", "built")))["state"])
-                or (j["state"] in ("RUNNING", "SUCCEEDED", "FAILED") and j)
-            ),
-            "the job to run",
-        )
-        assert job["state"] == "RUNNING", job
-        assert "BUILDING" in seen or "BUILDING" in ok(run_cli(server, "get", "job", "built"))
-        [trainers] = kube.list("jobs", NS, selector=f"{LABEL_JOB}=built")
-        image = trainers["spec"]["template"]["spec"]["containers"][0]["image"]
-        assert image.startswith(f"{registry.host}/paddlecloud/runtime:"), image
-        assert registry.has("paddlecloud/runtime", image.rsplit(":", 1)[1])
-        assert wait_for_state(server, "built", ("SUCCEEDED", "FAILED"))["state"] == "SUCCEEDED"
-        # The build's own log stays readable, and a second dry run is a cache hit.
-        assert "Successfully installed tinypkg-1.0" in ok(run_cli(server, "logs", "built"))
-        dry = ok(run_cli(server, "submit", "--dry-run", "--name", "again", str(package)))
-        assert "a cache hit" in dry, dry

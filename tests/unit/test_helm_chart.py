@@ -3,15 +3,14 @@
 Lint (strict) and render with every values set under charts/paddlecloud/ci/; each rendered
 object validates strict against the Kubernetes version the code pins; bad values are
 refused by the schema; the ConfigMap is loaded by the services' own `load_config`; the
-rendered Roles equal the rights services/jobs/kube/rbac.py declares; and `helm install`
-creates every object on the fake API server (tests/kube_fake).
+rendered Roles equal the rights services/jobs/kube/rbac.py declares. `helm install` and
+`helm upgrade` against the real control plane are tests/e2e/test_helm_real.py.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kube_fake import FakeKube
 from paddlecloud.common.config import BuilderSection, Config, load_config
 from paddlecloud.jobs.kube import rbac
 from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, volume_source
@@ -385,99 +383,3 @@ def test_network_policies() -> None:
     assert callers("mongodb") == ["builder", "gateway", "jobs", "pfs"]
     gateway = one(render("ingress-tls-values.yaml"), "NetworkPolicy", f"{RELEASE}-paddlecloud-gateway")
     assert gateway["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
-
-
-# --- Installing on the fake API server -----------------------------------------------------------
-
-
-PLURALS = {
-    "ConfigMap": "configmaps",
-    "Secret": "secrets",
-    "Service": "services",
-    "ServiceAccount": "serviceaccounts",
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-    "PodDisruptionBudget": "poddisruptionbudgets",
-    "NetworkPolicy": "networkpolicies",
-    "Ingress": "ingresses",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "ClusterRole": "clusterroles",
-    "ClusterRoleBinding": "clusterrolebindings",
-}
-
-
-def helm_on(kube: FakeKube, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Helm against the fake: client-side apply and no OpenAPI validation, as the fake
-    serves neither server-side apply nor /openapi (every object is validated strict above)."""
-    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE)
-    env = {
-        **os.environ,
-        "HELM_CACHE_HOME": str(tmp_path / "cache"),
-        "HELM_CONFIG_HOME": str(tmp_path / "config"),
-    }
-    env.pop("HELM_DRIVER", None)
-    return subprocess.run(
-        [
-            str(HELM),
-            *args,
-            RELEASE,
-            str(CHART),
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            NAMESPACE,
-            "--server-side=false",
-            "--disable-openapi-validation",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-
-
-def stored_secret(kube: FakeKube, name: str, key: str) -> bytes:
-    secret = kube.get("secrets", NAMESPACE, name)
-    assert secret is not None
-    return base64.b64decode(secret["data"][key])
-
-
-@pytest.mark.parametrize("values", [None, "shared-namespace-values.yaml", "ingress-tls-values.yaml"])
-def test_helm_install_creates_every_object_on_the_fake_api_server(values: str | None, tmp_path: Path) -> None:
-    expected = render(values)
-    with FakeKube(anonymous=True) as kube:
-        for namespace in (NAMESPACE, "paddlecloud-jobs"):
-            kube.create("namespaces", {"metadata": {"name": namespace}})
-        result = helm_on(kube, tmp_path, "install", *values_args(values))
-        assert result.returncode == 0, result.stderr
-        assert "STATUS: deployed" in result.stdout
-        for obj in expected:
-            namespace = (
-                None if obj["kind"].startswith("Cluster") else obj["metadata"].get("namespace", NAMESPACE)
-            )
-            stored = kube.get(PLURALS[obj["kind"]], namespace, obj["metadata"]["name"])
-            assert stored is not None, f"{obj['kind']} {obj['metadata']['name']} was not created"
-            assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
-        created = [r for r in kube.requests if r.verb == "create"]
-        assert len(created) == len(expected) + 1  # and Helm's release record, a Secret
-        assert kube.get("secrets", NAMESPACE, f"sh.helm.release.v1.{RELEASE}.v1") is not None
-
-
-def test_an_upgrade_keeps_the_generated_secrets_and_rolls_on_a_config_change(tmp_path: Path) -> None:
-    def checksum() -> str:
-        deployment = kube.get("deployments", NAMESPACE, f"{RELEASE}-paddlecloud-gateway")
-        assert deployment is not None
-        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
-
-    with FakeKube(anonymous=True) as kube:
-        kube.create("namespaces", {"metadata": {"name": NAMESPACE}})
-        assert helm_on(kube, tmp_path, "install").returncode == 0
-        secret = stored_secret(kube, f"{RELEASE}-paddlecloud", "internal-secret")
-        password = stored_secret(kube, f"{RELEASE}-paddlecloud-mongodb", "mongodb-password")
-        before = checksum()
-        result = helm_on(kube, tmp_path, "upgrade", "--set", "log.level=debug")
-        assert result.returncode == 0, result.stderr
-        assert stored_secret(kube, f"{RELEASE}-paddlecloud", "internal-secret") == secret
-        assert stored_secret(kube, f"{RELEASE}-paddlecloud-mongodb", "mongodb-password") == password
-        assert checksum() != before

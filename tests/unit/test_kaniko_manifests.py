@@ -163,10 +163,13 @@ def test_kaniko_settings_are_checked_at_start(tmp_path: Any) -> None:
         load({"backend": "kaniko", "kaniko": {"registry": "r", "memory": "lots"}})
     with pytest.raises(ConfigError, match="auth_file"):
         load({"backend": "kaniko", "kaniko": {"registry": "r", "auth_file": str(tmp_path / "none.json")}})
+    with pytest.raises(ConfigError, match=r"kaniko\.kubeconfig: .*no kubeconfig file at"):
+        load({"backend": "kaniko", "kaniko": {"registry": "r", "kubeconfig": str(tmp_path / "none")}})
     config = load(
         {"backend": "kaniko", "kaniko": {"registry": "r.example.com:5000", "insecure_registries": "a,b"}}
     )
     assert config.builder.kaniko.insecure_registries == ("a", "b")
+    assert config.builder.kaniko.kubeconfig is None  # jobs.kubernetes's then
 
 
 def test_the_builders_role_grants_no_reading_of_secrets_and_nothing_cluster_wide() -> None:

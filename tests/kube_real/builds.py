@@ -1,0 +1,70 @@
+"""The kaniko builder's place on the real control plane, for its tests of every tier: a
+builds namespace made as an operator makes it, and the chart's builder rights in it."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from kube_real.chart import ChartRights, install_rights
+from kube_real.fixtures import RealKube
+
+# docs/builder.md: Kaniko's executor runs as root with a few capabilities, which
+# `restricted` refuses; the builds namespace needs `baseline`.
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "baseline",
+}
+
+
+@dataclass
+class Builds:
+    """One test's builds namespace and the chart's builder rights for it."""
+
+    namespace: str
+    rights: ChartRights
+
+
+def with_ephemeral_storage(real_kube: RealKube, size: str = "100Gi") -> None:
+    """The simulated node advertises `ephemeral-storage`, as every real kubelet does: the
+    executor requests it (builder.kaniko.ephemeral_storage), and the real scheduler leaves
+    a pod that asks for more than a node has Pending ("Insufficient ephemeral-storage").
+    The kubelet's heartbeats patch only its conditions, so this stays."""
+    extra = {"ephemeral-storage": size}
+    real_kube.cluster.admin.merge_patch(
+        f"/api/v1/nodes/{real_kube.kubelet.node}/status",
+        {"status": {"capacity": extra, "allocatable": extra}},
+    )
+
+
+@contextmanager
+def builds_namespace(real_kube: RealKube, home: Path) -> Iterator[Builds]:
+    """A builds namespace of its own (Pod Security `baseline`), and the builder's
+    ServiceAccount, Role and RoleBinding exactly as charts/paddlecloud renders them for
+    ci/kaniko-values.yaml with that namespace, the account in a namespace of its own;
+    all deleted afterwards. The kubeconfig with the account's token is under `home`."""
+    admin = real_kube.cluster.admin
+    with_ephemeral_storage(real_kube)
+    token = secrets.token_hex(3)
+    namespace = f"pcbuilds-{token}"
+    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": POD_SECURITY}})
+    try:
+        # Until the ServiceAccount controller made `default`, admission refuses every pod.
+        admin.wait_for(f"/api/v1/namespaces/{namespace}/serviceaccounts", lambda _: True, name="default")
+        rights = install_rights(
+            real_kube.cluster,
+            home,
+            f"pcbuilder-{token}",
+            service="builder",
+            values="kaniko-values.yaml",
+            sets=(f"builder.kaniko.namespace={namespace}",),
+        )
+        try:
+            yield Builds(namespace, rights)
+        finally:
+            rights.remove()
+    finally:
+        admin.request("DELETE", f"/api/v1/namespaces/{namespace}")
