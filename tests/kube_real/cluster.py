@@ -210,7 +210,8 @@ class Cluster:
     def _check_alive(self) -> None:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited {proc.returncode}:\n{self.log_tail(name)}")
+                tail = self.log_tail(name)
+                raise RuntimeError(f"{name} exited {proc.returncode}:\n{tail}")
 
     def _wait_until(self, what: str, ready: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
@@ -356,15 +357,24 @@ class Cluster:
         self.processes.clear()
 
 
-def start(root: Path, bins: Path | None = None) -> Cluster:
-    """A started cluster in `root`; stopped again if it does not come up."""
-    cluster = Cluster(root=root, bins=bins or build())
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+def start(root: Path, bins: Path | None = None, attempts: int = 3) -> Cluster:
+    """A started cluster in `root`; stopped again if it does not come up. The ports are
+    chosen free and then bound by other processes, so another process (an outgoing
+    connection's ephemeral port, on a busy machine) can take one in between: then the
+    cluster starts again, in a fresh directory, on other ports."""
+    for attempt in range(attempts):
+        cluster = Cluster(root=root / f"try-{attempt}" if attempt else root, bins=bins or build())
+        try:
+            cluster.start()
+            return cluster
+        except RuntimeError as exc:
+            cluster.stop()
+            if "address already in use" not in str(exc) or attempt == attempts - 1:
+                raise
+        except BaseException:
+            cluster.stop()
+            raise
+    raise AssertionError("unreachable")
 
 
 __all__ = ["Cluster", "Identity", "bin_dir", "build", "start"]
