@@ -4,7 +4,8 @@ jobs service authenticating with a token of the ServiceAccount the Helm chart re
 read with the real CLI (`paddlecloud -o json get job NAME`).
 
 - the chart's RBAC minus the rule for StatefulSets: the create is refused 403 and the job
-  FAILS naming the right it lacks (and leaves nothing behind);
+  FAILS naming the right it lacks (and leaves nothing behind); a job that needs no
+  StatefulSet says that the service may not watch them;
 - a hostPath PFS volume in a namespace that enforces PodSecurity `restricted`: the Job
   controller's FailedCreate event reaches the job's reason, and the job FAILS;
 - a user's namespace held Terminating: the job waits PENDING, saying why, and starts once
@@ -197,6 +198,13 @@ def test_a_right_missing_from_the_chart_fails_the_job_naming_it_and_leaves_nothi
     assert [e["reason"] for e in job["events"]] == ["JobSubmitted", "JobFailed"], job["events"]
     # The owner made before the refusal was deleted, and what it owned with it.
     kube.wait_nothing_left("norights")
+    # Nor may the service watch StatefulSets: a job without parameter servers is made,
+    # and says why its state cannot be followed (not "the API is not answering").
+    kube.submit(tmp_path, "unwatched")
+    refused = f'User "{account}" cannot list resource "statefulsets" in API group "apps" at the cluster scope'
+    job = kube.wait_job("unwatched", lambda j: refused in j["reason"], "the refused watch in its reason")
+    assert job["reason"].startswith("the jobs service may not watch StatefulSets (list StatefulSet: "), job
+    assert "an operator must grant it" in job["reason"], job
 
 
 def test_pod_security_refusing_a_hostpath_volume_fails_the_job_in_its_words(

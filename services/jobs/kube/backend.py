@@ -214,6 +214,20 @@ class KubernetesBackend(Backend):
     def _api_error(self) -> str | None:
         return next((i.error for i in self._informers.values() if i.error), None)
 
+    def _stale(self) -> str | None:
+        """Why the watch cache may be stale, as a job's reason, or None: a kind the
+        service may not watch (403: the operator's to mend) before an outage."""
+        for informer in self._informers.values():
+            if informer.error and informer.refused:
+                return (
+                    f"the jobs service may not watch {informer.kind}s ({informer.error}): an operator "
+                    "must grant it the rights that charts/paddlecloud gives; the job's state is as last seen"
+                )
+        error = self._api_error()
+        if error is not None:
+            return f"the Kubernetes API is not answering ({error}); the job's state is as last seen"
+        return None
+
     def capacity(self) -> dict[str, Any]:
         return {"backend": self.name, "namespace_mode": self._settings.namespace_mode}
 
@@ -437,9 +451,8 @@ class KubernetesBackend(Backend):
         reported = _decode_reported(cursor)
         if job.id in self._stopped:
             return Observation(job.state, job.reason, cursor=cursor)
-        error = self._api_error()
-        if error is not None:
-            note = f"the Kubernetes API is not answering ({error}); the job's state is as last seen"
+        note = self._stale()
+        if note is not None:
             return Observation(job.state, note, cursor=cursor)
         if not self._is_synced():
             return Observation(job.state, job.reason, cursor=cursor)
