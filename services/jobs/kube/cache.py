@@ -10,8 +10,8 @@ says what is wrong meanwhile, for the job's reason. Anything else that goes wron
 starts it again with backoff, and a start lists first, so the cache is never left stale
 by a dead task. A 403 (the service may not list or watch the kind) is a failure like
 the others, retried with the same backoff; `refused` says it is one, for words that send
-the user to the operator. `observe`,
-`workers` and the log readers read the cache; nothing polls the API server per job.
+the user to the operator. `observe`, `workers` and the log readers read the cache;
+nothing polls the API server per job.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class Informer:
         self.synced = asyncio.Event()
         self.error: str | None = None  # why the cache may be stale, while it may be
         # The error is the API server's 403: the service may not list or watch this kind
-        # (an installation without the chart's rule for it), which no retry mends.
+        # (an installation without the chart's rule for it); retrying mends nothing until
+        # an operator grants the right.
         self.refused = False
         self.relists = 0  # lists after the first: a watch expired (410) or failed
         self.changed = asyncio.Condition()
