@@ -72,10 +72,14 @@ RESOURCES: dict[str, Resource] = {
 class KubeError(Exception):
     """The API server refused a call, or could not be reached (status 0)."""
 
-    def __init__(self, status: int, message: str, reason: str = "") -> None:
+    def __init__(self, status: int, message: str, reason: str = "", causes: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        # The types of the Status's `details.causes` (their `reason`): what a caller may act
+        # on beyond the status (NamespaceTerminating: a 403 that passes once the namespace
+        # is gone).
+        self.causes = causes
 
 
 class NotFound(KubeError):
@@ -110,11 +114,17 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 
 def _error(status: int, body: Any, what: str) -> KubeError:
     message, reason = f"{what}: HTTP {status}", ""
+    causes: tuple[str, ...] = ()
     if isinstance(body, dict):
         message = f"{what}: {body.get('message') or f'HTTP {status}'}"
         reason = str(body.get("reason") or "")
+        details = body.get("details")
+        found = details.get("causes") if isinstance(details, dict) else None
+        if isinstance(found, list):
+            # A StatusCause's type is written `reason` in JSON.
+            causes = tuple(str(c["reason"]) for c in found if isinstance(c, dict) and c.get("reason"))
     kind = Unavailable if status == 0 or status >= 500 else _BY_STATUS.get(status, KubeError)
-    return kind(status, message, reason)
+    return kind(status, message, reason, causes)
 
 
 async def _read(response: aiohttp.ClientResponse, what: str) -> bytes:

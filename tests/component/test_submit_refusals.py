@@ -1,12 +1,20 @@
 """A refused submit leaves nothing, on both backends and for every role: each way the jobs
 service can refuse a submit, and after it no job is recorded, listed or started, and its
 name is free. (An admin's job used to be recorded PENDING before its package was checked
-with the owner's rights, then refused 422: a phantom that kept its name until a restart.)"""
+with the owner's rights, then refused 422: a phantom that kept its name until a restart.)
+
+The kubernetes backend runs on the real control plane (tests/kube_real) with the rights
+the Helm chart gives the jobs service. There, too, a job whose objects the API server
+refuses (an invalid Job spec, from manifests mutated here: 422) fails naming the field
+and leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -15,12 +23,16 @@ from typing import Any
 import pytest
 from test_jobs_api import Jobs, start_jobs
 
-from kube_fake import FakeKube
+from kube_real import KubeClient
+from kube_real.chart import ChartRights, install_rights
+from kube_real.fixtures import RealKube
 from paddlecloud.builder.app import create_app as create_builder
 from paddlecloud.common.keys import STORE
 from paddlecloud.common.store import Job, Token, User
 from paddlecloud.common.store.models import SUCCEEDED, utcnow
 from paddlecloud.gateway.accounts import hash_token
+from paddlecloud.jobs.kube import manifests
+from paddlecloud.jobs.kube.names import LABEL_JOB, namespace_for
 from support import free_port, make_config
 
 ADMIN = "root"
@@ -101,25 +113,78 @@ REFUSALS = {
 TOO_LARGE: dict[str, dict[str, Any]] = {"local": {"gpu": 1}, "kubernetes": {"cpu": "300"}}
 
 
-@pytest.fixture(params=["local", "kubernetes"])
+# The kubernetes backend's tests run where the session's control plane runs (one
+# pytest-xdist worker: tests/conftest.py groups the tests that ask for `real_kube`).
+@pytest.fixture(params=["local", pytest.param("kubernetes", marks=pytest.mark.xdist_group("kube-real"))])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+# Every kind a job makes, by the API path of its collection in a namespace.
+JOB_KINDS = (
+    "/api/v1/namespaces/{ns}/configmaps",
+    "/api/v1/namespaces/{ns}/services",
+    "/api/v1/namespaces/{ns}/secrets",
+    "/api/v1/namespaces/{ns}/pods",
+    "/apis/apps/v1/namespaces/{ns}/statefulsets",
+    "/apis/batch/v1/namespaces/{ns}/jobs",
+    "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+)
+
+
+@dataclass
+class Cluster:
+    """The real control plane as one test's jobs service sees it: the chart's rights for
+    the service (in a namespace of the test's) and the prefix of its users' namespaces."""
+
+    admin: KubeClient
+    rights: ChartRights
+    prefix: str
+
+    def namespaces(self) -> list[str]:
+        """The users' namespaces the service made."""
+        items = self.admin.get("/api/v1/namespaces")["items"]
+        return [n["metadata"]["name"] for n in items if n["metadata"]["name"].startswith(self.prefix)]
+
+    def objects(self, namespace: str, job: str) -> list[str]:
+        """What is left in `namespace` of the job's objects."""
+        found = []
+        for path in JOB_KINDS:
+            listing = self.admin.get(path.format(ns=namespace), query={"labelSelector": f"{LABEL_JOB}={job}"})
+            found += [f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}" for o in listing["items"]]
+        return found
+
+
+@contextmanager
+def cluster(real_kube: RealKube, tmp_path: Path) -> Iterator[Cluster]:
+    """The jobs service's rights as the chart renders them, in a namespace of this test's,
+    and a prefix of its own for the users' namespaces; both removed afterwards."""
+    token = secrets.token_hex(3)
+    rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{token}")
+    made = Cluster(real_kube.cluster.admin, rights, f"t{token}-")
+    try:
+        yield made
+    finally:
+        for namespace in made.namespaces():
+            made.admin.request("DELETE", f"/api/v1/namespaces/{namespace}")
+        rights.remove()
+
+
 @pytest.fixture
-def kube(backend: str) -> Iterator[FakeKube | None]:
+def kube(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster | None]:
     """The cluster of the kubernetes backend; asked for before the services, so that it
-    outlives them. Nothing of a refused job may be in it."""
+    outlives them."""
     if backend != "kubernetes":
         yield None
         return
-    with FakeKube() as fake:
-        yield fake
-        assert not fake.list("configmaps"), "a refused job's objects were created"
+    # Asked for here, by the kubernetes tests only: the local ones run where no control
+    # plane is built.
+    with cluster(request.getfixturevalue("real_kube"), tmp_path) as made:
+        yield made
 
 
 async def platform(
-    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, kube: FakeKube | None, builder: str
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, kube: Cluster | None, builder: str
 ) -> Jobs:
     """pfs, jobs (on `kube`'s cluster, or local), a builder (or none: `down`) and a
     gateway, with users alice (a small quota), bob (none) and the admin."""
@@ -134,8 +199,12 @@ async def platform(
         settings = {
             "backend": "kubernetes",
             "kubernetes": {
-                "kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
-                "datacenters": {"dc1": {"kind": "pvc", "claim_name": "pfs"}},
+                "kubeconfig": str(kube.rights.kubeconfig),
+                "namespace_prefix": kube.prefix,
+                # hostPath: a pvc datacenter needs a claim in each user's namespace.
+                "datacenters": {"dc1": {"kind": "hostpath", "host_path": "/srv/paddlecloud-pfs"}},
+                "watch_timeout_seconds": 5,
+                "max_backoff_seconds": 1,
             },
         }
     jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, builder_url=builder_url, **settings)
@@ -155,17 +224,78 @@ async def names_listed(jobs: Jobs, who: str) -> list[str]:
 
 @pytest.mark.parametrize("case", list(REFUSALS), ids=list(REFUSALS))
 async def test_a_refused_submit_leaves_no_job_and_its_name_free(
-    case: str, kube: FakeKube | None, tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+    case: str, kube: Cluster | None, tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
     refusal = REFUSALS[case]
     await check(await platform(tmp_path, aiohttp_server, aiohttp_client, kube, refusal.builder), refusal)
+    if kube is not None:
+        assert not kube.namespaces(), "a refused job's namespace was made"
 
 
 async def test_a_job_the_backend_can_never_run_is_refused_and_leaves_nothing(
-    backend: str, kube: FakeKube | None, tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+    backend: str, kube: Cluster | None, tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
     refusal = Refusal(ADMIN, TOO_LARGE[backend], 422, "", next(iter(TOO_LARGE[backend])))
     await check(await platform(tmp_path, aiohttp_server, aiohttp_client, kube, "real"), refusal)
+    if kube is not None:
+        assert not kube.namespaces(), "a refused job's namespace was made"
+
+
+def _invalid_podreplacementpolicy(job: dict[str, Any]) -> None:
+    # With a podFailurePolicy (the trainers' Job has one), only Failed is allowed.
+    job["spec"]["podReplacementPolicy"] = "TerminatingOrFailed"
+
+
+def _invalid_maxfailedindexes(job: dict[str, Any]) -> None:
+    job["spec"]["maxFailedIndexes"] = job["spec"]["completions"] + 1
+
+
+@pytest.mark.parametrize(
+    ("mutation", "says"),
+    [
+        (
+            _invalid_podreplacementpolicy,
+            'spec.podReplacementPolicy: Unsupported value: "TerminatingOrFailed"',
+        ),
+        (
+            _invalid_maxfailedindexes,
+            "spec.maxFailedIndexes: Invalid value: 2: must be less than or equal to completions",
+        ),
+    ],
+    ids=["podReplacementPolicy", "maxFailedIndexes"],
+)
+async def test_a_job_spec_the_api_server_refuses_fails_naming_the_field_and_leaves_nothing(
+    mutation: Callable[[dict[str, Any]], None],
+    says: str,
+    real_kube: RealKube,
+    tmp_path: Path,
+    aiohttp_server: Any,
+    aiohttp_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trainers' Job, mutated past what the API server's validation admits: it answers
+    422 naming the field, the job FAILS with those words, and the objects made before the
+    Job (its owner, Service and NetworkPolicy) go. Only a real API server validates so."""
+    made = manifests._trainer_job
+
+    def invalid(plan: manifests.JobPlan) -> dict[str, Any]:
+        job = made(plan)
+        mutation(job)
+        return job
+
+    monkeypatch.setattr(manifests, "_trainer_job", invalid)
+    with cluster(real_kube, tmp_path) as kube:
+        jobs = await platform(tmp_path, aiohttp_server, aiohttp_client, kube, "real")
+        await jobs.submit({"name": "invalid", "package": jobs.package(TRAIN)})
+        job = await jobs.wait("invalid", ("FAILED", "SUCCEEDED", "RUNNING"))
+        assert job["state"] == "FAILED", job
+        assert job["reason"].startswith("Kubernetes refused the job: create Job invalid-trainer: "), job
+        assert says in job["reason"], job["reason"]
+        namespace = namespace_for("alice", kube.prefix)
+        deadline = time.monotonic() + 60
+        while left := kube.objects(namespace, "invalid"):
+            assert time.monotonic() < deadline, f"the refused job's objects are still there: {left}"
+            await asyncio.sleep(0.2)
 
 
 async def check(jobs: Jobs, refusal: Refusal) -> None:

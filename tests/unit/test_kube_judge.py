@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from paddlecloud.jobs.kube.judge import Observed, Recorded, Rules, Verdict, judge
+from paddlecloud.jobs.kube.judge import Observed, Recorded, Refusal, Rules, Verdict, judge
 from paddlecloud.jobs.kube.names import COMPLETION_INDEX, INDEX_FAILURES, LABEL_ROLE
 from paddlecloud.jobs.spec import JobSpec
 
@@ -137,8 +137,17 @@ CASES = [
     ),
     Case(
         "the quota refuses the pods: the Events are read",
-        Observed(OWNER, trainers(), [], refusal="the namespace's quota refuses its pods: exceeded quota"),
+        Observed(
+            OWNER, trainers(), [], refusal=Refusal("the namespace's quota refuses its pods: exceeded quota")
+        ),
         Verdict("PENDING", "the namespace's quota refuses its pods: exceeded quota", read_events=True),
+    ),
+    Case(
+        "Pod Security refuses the pods: waiting would not change it",
+        Observed(
+            OWNER, trainers(), [], refusal=Refusal("violates PodSecurity: hostPath volumes", lasting=True)
+        ),
+        Verdict("FAILED", "violates PodSecurity: hostPath volumes", None, NOW_TEXT),
     ),
     Case(
         "fewer pods than asked, no refusal seen yet: the Events are read",

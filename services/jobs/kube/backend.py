@@ -34,6 +34,7 @@ import binascii
 import functools
 import hashlib
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import replace
@@ -44,7 +45,7 @@ import structlog
 
 from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor
-from paddlecloud.common.kube import Conflict, Kube, KubeError, NotFound, Unavailable
+from paddlecloud.common.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unavailable
 from paddlecloud.common.quantity import parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Job, KeptLog, Quota, Store
 from paddlecloud.common.store.models import SUCCEEDED, TERMINAL_STATES
@@ -68,7 +69,7 @@ from ..records import JobRecord
 from ..spec import JobSpec
 from . import manifests
 from .cache import Informer
-from .judge import Observed, Recorded, Rules, exit_words, iso, judge
+from .judge import Observed, Recorded, Refusal, Rules, exit_words, iso, judge
 from .names import (
     ANNOTATION_USER,
     LABEL_JOB_ID,
@@ -85,7 +86,11 @@ from .pods import status as _status
 log = structlog.get_logger("paddlecloud.jobs.kube")
 
 KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
-# How often a stuck PENDING job's Kubernetes events are read for a refusal (quota).
+# Kubernetes' StatusCause of a create refused in a namespace that is being deleted.
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+# How RBAC's authorizer words a refusal (k8s.io/apiserver's forbiddenMessage).
+_RBAC_REFUSAL = re.compile(r'User ".*" cannot [a-z]+ resource "')
+# How often a stuck PENDING job's Kubernetes events are read for a refusal (quota, Pod Security).
 EVENT_CHECK_SECONDS = 5.0
 LOG_POLL_SECONDS = 0.5
 # A log kept when its container ends is tried this many times, backing off, before it is
@@ -137,7 +142,8 @@ class KubernetesBackend(Backend):
         self._users: dict[str, str] = {}  # namespace → user, for the quota sync
         self._kept: dict[str, dict[tuple[str, str], bool]] = {}  # job id → (worker, attempt) → whole
         self._finishing: dict[str, asyncio.Task[None]] = {}  # job id → its final clean-up
-        self._refusals: dict[str, tuple[float, str | None]] = {}  # job id → (checked, quota event)
+        # job id → (when its Events were read, the refusal of its pods they told)
+        self._refusals: dict[str, tuple[float, Refusal | None]] = {}
         # Tasks started as work arrives (a log to keep, Events to read, a clean-up): named,
         # a crash logged at once, cancelled by close().
         self._spawned = Spawned()
@@ -207,6 +213,20 @@ class KubernetesBackend(Backend):
 
     def _api_error(self) -> str | None:
         return next((i.error for i in self._informers.values() if i.error), None)
+
+    def _stale(self) -> str | None:
+        """Why the watch cache may be stale, as a job's reason, or None: a kind the
+        service may not watch (403: the operator's to mend) before an outage."""
+        for informer in self._informers.values():
+            if informer.error and informer.refused:
+                return (
+                    f"the jobs service may not watch {informer.kind}s ({informer.error}): an operator "
+                    "must grant it the rights that charts/paddlecloud gives; the job's state is as last seen"
+                )
+        error = self._api_error()
+        if error is not None:
+            return f"the Kubernetes API is not answering ({error}); the job's state is as last seen"
+        return None
 
     def capacity(self) -> dict[str, Any]:
         return {"backend": self.name, "namespace_mode": self._settings.namespace_mode}
@@ -284,6 +304,7 @@ class KubernetesBackend(Backend):
 
     async def start(self, launch: Launch) -> dict[str, Any]:
         plan = await self._plan(launch)
+        uid: str | None = None  # the owner's, once made: a refused start deletes it
         try:
             await self._ensure_tenancy(launch.job.owner)
             owner = await self._create_owned(manifests.owner_object(plan), launch.job.id)
@@ -294,9 +315,39 @@ class KubernetesBackend(Backend):
             # An outage is not the job's fault: it waits, and starts once the API answers.
             raise NotYet(f"the Kubernetes API is not answering ({exc}); the job starts once it does") from exc
         except KubeError as exc:
-            raise StartFailed(f"Kubernetes refused the job: {exc}") from exc
+            # A namespace being deleted refuses creates (403, NamespaceTerminating); one
+            # that went between two creates answers 404. A user's is made again: the job
+            # waits. (The shared one is the operator's: without it the job cannot run.)
+            gone = NAMESPACE_TERMINATING in exc.causes or isinstance(exc, NotFound)
+            if gone and not self._shared():
+                raise NotYet(self._terminating(plan.namespace)) from exc
+            await self._undo(plan, uid)
+            raise StartFailed(_refused(exc)) from exc
+        except StartFailed:
+            await self._undo(plan, uid)
+            raise
         log.info("kube_job_created", job=launch.job.name, owner=launch.job.owner, namespace=plan.namespace)
         return {"namespace": plan.namespace, "owner_uid": uid}
+
+    def _terminating(self, namespace: str) -> str:
+        """Why a job waits whose user's namespace is being deleted (the user deleted and
+        made again, an operator's clean-up): the API server refuses every create there
+        until it is gone. Whatever was made of the job goes with it; the namespace's
+        tenancy is forgotten, so a later try makes the namespace again."""
+        self._tenancy.pop(namespace, None)
+        return f"the namespace {namespace} is being deleted; the job starts once it is gone and made again"
+
+    async def _undo(self, plan: manifests.JobPlan, uid: str | None) -> None:
+        """A start refused part-way: the owner made for it is deleted, and the garbage
+        collector removes what it owns, so a FAILED job leaves nothing. Should that fail
+        too, a restart's sweep removes it (the job is no longer active)."""
+        if uid is None:
+            return
+        name = owner_name(plan.launch.spec.name)
+        try:
+            await self.kube.delete("ConfigMap", plan.namespace, name, uid=uid)
+        except KubeError as exc:
+            log.warning("kube_refused_start_not_undone", job=name, namespace=plan.namespace, error=str(exc))
 
     async def adopt(self, job: JobRecord) -> dict[str, Any] | None:
         """The backend record of a job whose objects exist although the store does not
@@ -400,9 +451,8 @@ class KubernetesBackend(Backend):
         reported = _decode_reported(cursor)
         if job.id in self._stopped:
             return Observation(job.state, job.reason, cursor=cursor)
-        error = self._api_error()
-        if error is not None:
-            note = f"the Kubernetes API is not answering ({error}); the job's state is as last seen"
+        note = self._stale()
+        if note is not None:
             return Observation(job.state, note, cursor=cursor)
         if not self._is_synced():
             return Observation(job.state, job.reason, cursor=cursor)
@@ -442,7 +492,7 @@ class KubernetesBackend(Backend):
         return owner is None or (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID) != job.id
 
     def _check_refusal(self, job: JobRecord, trainers: dict[str, Any]) -> None:
-        """Read the trainers' Job's Events for a quota refusal, in the background, at most
+        """Read the trainers' Job's Events for a refusal of its pods, in the background, at most
         every EVENT_CHECK_SECONDS while the job waits with fewer pods than it asks for."""
         checked, message = self._refusals.get(job.id, (0.0, None))
         if time.monotonic() - checked > EVENT_CHECK_SECONDS:
@@ -459,12 +509,11 @@ class KubernetesBackend(Backend):
         refusals = [
             e
             for e in answer.get("items") or []
-            if e.get("reason") == "FailedCreate" and "quota" in str(e.get("message"))
+            if e.get("reason") == "FailedCreate" and _refusal_of(str(e.get("message"))) is not None
         ]
         if refusals:
             latest = max(refusals, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-            message = str(latest.get("message"))
-            self._refusals[job.id] = (time.monotonic(), f"the namespace's quota refuses its pods: {message}")
+            self._refusals[job.id] = (time.monotonic(), _refusal_of(str(latest.get("message"))))
 
     def _new_events(self, attempts: dict[str, list[Attempt]], reported: set[str]) -> list[ObservedEvent]:
         events = []
@@ -752,6 +801,31 @@ class KubernetesBackend(Backend):
         if swept:
             log.info("kube_objects_swept", jobs=swept)
         return swept
+
+
+def _refusal_of(message: str) -> Refusal | None:
+    """What a FailedCreate Event of the trainers' Job means for the job: Pod Security
+    admission refusing its pods fails it (`lasting`), the namespace's quota makes it wait;
+    any other (a ServiceAccount not made yet in a new namespace) passes by itself."""
+    if "violates PodSecurity" in message:
+        return Refusal(f"Kubernetes refuses its pods (Pod Security admission): {message}", lasting=True)
+    if "quota" in message:
+        return Refusal(f"the namespace's quota refuses its pods: {message}")
+    return None
+
+
+def _refused(exc: KubeError) -> str:
+    """A refused create as the job's reason. RBAC's refusal (`User "..." cannot create
+    resource ...`) is the operator's to mend: the service's account lacks a right of the
+    chart's. The job fails rather than waits: nothing but a fixed installation lets it
+    start, and a waiting job would hold the head of the start queue meanwhile."""
+    words = f"Kubernetes refused the job: {exc}"
+    if isinstance(exc, Forbidden) and _RBAC_REFUSAL.search(str(exc)):
+        words += (
+            " (the jobs service's account lacks this right: an operator must grant it the rights "
+            "that charts/paddlecloud gives)"
+        )
+    return words
 
 
 def _asked_for(worker: str, query: LogQuery) -> bool:

@@ -8,8 +8,10 @@ it. Failures back off from 0.2 s to `max_backoff_seconds` with full jitter, and 
 says what is wrong meanwhile, for the job's reason. Anything else that goes wrong ends
 `run`: the backend runs it under `common/tasks.restarting`, which logs the crash and
 starts it again with backoff, and a start lists first, so the cache is never left stale
-by a dead task. `observe`, `workers` and the log readers read the cache; nothing polls
-the API server per job.
+by a dead task. A 403 (the service may not list or watch the kind) is a failure like
+the others, retried with the same backoff; `refused` says it is one, for words that send
+the user to the operator. `observe`, `workers` and the log readers read the cache;
+nothing polls the API server per job.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from paddlecloud.common.kube import Gone, Kube, KubeError, Unavailable
+from paddlecloud.common.kube import Forbidden, Gone, Kube, KubeError, Unavailable
 from paddlecloud.common.tasks import backoff
 
 from .names import LABEL_JOB_ID
@@ -65,6 +67,10 @@ class Informer:
         self._by_job: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
         self.synced = asyncio.Event()
         self.error: str | None = None  # why the cache may be stale, while it may be
+        # The error is the API server's 403: the service may not list or watch this kind
+        # (an installation without the chart's rule for it); retrying mends nothing until
+        # an operator grants the right.
+        self.refused = False
         self.relists = 0  # lists after the first: a watch expired (410) or failed
         self.changed = asyncio.Condition()
 
@@ -134,16 +140,16 @@ class Informer:
                 ):
                     version = await self._apply(event, version)
                     failures = 0
-                    self.error = None
+                    self.error, self.refused = None, False
                 failures = 0
-                self.error = None
+                self.error, self.refused = None, False
             except Gone:
                 log.info("watch_expired", kind=self.kind, resource_version=version)
                 version = None
                 self.relists += 1
             except KubeError as exc:
                 failures += 1
-                self.error = str(exc)
+                self.error, self.refused = str(exc), isinstance(exc, Forbidden)
                 if not isinstance(exc, Unavailable):
                     version = None  # lost our place some other way than an outage: list again
                     self.relists += 1

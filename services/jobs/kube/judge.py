@@ -42,15 +42,26 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Kubernetes refusing to create the job's pods, as the trainers' Job's FailedCreate
+    Event says, in words. `lasting`: waiting does not change it (Pod Security admission:
+    the pods' spec and the namespace's level are both fixed for this job), so the job
+    fails; else the pods may fit later (the namespace's quota) and the job waits."""
+
+    message: str
+    lasting: bool = False
+
+
+@dataclass(frozen=True)
 class Observed:
-    """The job's objects as the watch cache holds them. `refusal` is the namespace's quota
-    refusing its pods, read from the trainers' Job's Events (the backend reads them at most
-    every few seconds, in the background), or None."""
+    """The job's objects as the watch cache holds them. `refusal` is Kubernetes refusing
+    its pods, read from the trainers' Job's Events (the backend reads them at most every
+    few seconds, in the background), or None."""
 
     owner: dict[str, Any] | None
     trainers: dict[str, Any] | None  # the Indexed batch/v1 Job
     pods: list[dict[str, Any]] = field(default_factory=list)
-    refusal: str | None = None
+    refusal: Refusal | None = None
 
     @cached_property
     def attempts(self) -> dict[str, list[Attempt]]:
@@ -73,7 +84,7 @@ class Verdict:
     started_at: str | None = None
     finished_at: str | None = None
     # The job waits with fewer pods than it asks for: the backend should read the trainers'
-    # Job's Events for a quota refusal (it then says so in `Observed.refusal`).
+    # Job's Events for a refusal of its pods (it then says so in `Observed.refusal`).
     read_events: bool = False
 
 
@@ -169,7 +180,8 @@ def _workers_failed(
 
 def _pending(spec: JobSpec, observed: Observed, rules: Rules, now: datetime) -> Verdict:
     """Why the job waits: a pod's scheduler or image message, a quota refusal, or the
-    workers it waits for; FAILED once an image could not be pulled for too long."""
+    workers it waits for; FAILED once an image could not be pulled for too long, or when
+    Kubernetes refuses its pods for good (Pod Security)."""
     found = _pod_waiting(observed.pods)
     if found is not None:
         why, pod = found
@@ -179,8 +191,10 @@ def _pending(spec: JobSpec, observed: Observed, rules: Rules, now: datetime) -> 
         return Verdict(PENDING, why)
     # Fewer pods than asked for, although the Job exists: the quota may refuse them.
     short = observed.trainers is not None and len(observed.pods) < spec.trainers + spec.pservers
-    if short and observed.refusal:
-        return Verdict(PENDING, observed.refusal, read_events=True)
+    if short and observed.refusal is not None:
+        if observed.refusal.lasting:
+            return Verdict(FAILED, observed.refusal.message, None, iso(now))
+        return Verdict(PENDING, observed.refusal.message, read_events=True)
     ready = sum(
         1 for p in observed.pods if (worker_of(p) or ("", "", 0))[1] == "PSERVER" and condition(p, "Ready")
     )
