@@ -207,6 +207,7 @@ def test_an_unschedulable_job_waits_with_the_schedulers_message_and_kill_leaves_
     )
     assert job["state"] == "PENDING", job
     assert "0/1 nodes are available" in job["reason"] and "Insufficient nvidia.com/gpu" in job["reason"], job
+    assert f"cannot be scheduled: {message} (pod " in job["reason"], (message, job)
     workers = as_json(run_cli(k.server, "-o", "json", "get", "workers", "big"))
     assert {w["state"] for w in workers["workers"]} == {"PENDING"}
 
@@ -237,7 +238,7 @@ def test_a_jobs_service_killed_mid_job_records_the_right_end(backend: KubeBacken
         jobs = k.server.services()["jobs"]
         jobs.send_signal(signal.SIGKILL)
         jobs.wait(timeout=10)
-        # The trainers end while no jobs service watches; the restarted one sees how.
+        # The trainers end while the jobs service restarts; the new one finds how they ended.
         release.set()
         done = wait_for_state(k.server, "survivor", ("SUCCEEDED", "FAILED"), timeout=90)
     finally:
