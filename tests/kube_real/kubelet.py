@@ -14,7 +14,9 @@ from __future__ import annotations
 import datetime
 import http.client
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,59 @@ class PodScript:
     image_pull_error: bool = False
     # The node evicts the pod instead: Failed, reason Evicted, condition DisruptionTarget.
     evict: bool = False
+    # Each container prints its environment first, `NAME=value` a line, resolved as a
+    # kubelet resolves it (downward API fields, `$(VAR)` references).
+    print_env: bool = False
+    # The containers run until the test sets this (then, or once `run_seconds` passed
+    # as well, they exit), printing `final_lines` as they do: a test decides when a pod
+    # ends without guessing how long anything takes.
+    until: threading.Event | None = None
+    final_lines: tuple[str, ...] = ()
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
+_FIELD = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+def _field(pod: Obj, path: str) -> str:
+    """A downward-API `fieldRef` of `pod`, as the kubelet reads it."""
+    meta, spec = pod["metadata"], pod["spec"]
+    if match := _FIELD.match(path):
+        return str((meta.get(match[1]) or {}).get(match[2], ""))
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.podIP": "127.0.0.1",
+        "status.hostIP": "127.0.0.1",
+    }
+    return str(simple.get(path) or "")
+
+
+def environment(pod: Obj, container: Obj) -> list[tuple[str, str]]:
+    """A container's `env` as the kubelet gives it to the process: each `valueFrom.fieldRef`
+    read from the pod, each `$(VAR)` replaced by an earlier variable's value (an unknown one
+    is left as written, `$$` is a `$`), as Kubernetes' expansion does."""
+    values: dict[str, str] = {}
+    result = []
+    for var in container.get("env") or ():
+        if "value" in var:
+
+            def expand(match: re.Match[str]) -> str:
+                if match[0] == "$$":
+                    return "$"
+                return values.get(match[1], match[0])
+
+            value = _REFERENCE.sub(expand, var["value"])
+        elif "fieldRef" in (var.get("valueFrom") or {}):
+            value = _field(pod, var["valueFrom"]["fieldRef"]["fieldPath"])
+        else:
+            value = ""  # secrets, config maps and resources: not simulated
+        values[var["name"]] = value
+        result.append((var["name"], value))
+    return result
 
 
 def default_script(pod: Obj) -> PodScript:
@@ -289,6 +344,9 @@ class SimulatedKubelet:
         for c in pod["spec"]["containers"]:
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"], c["name"])
             self.logs.open(key)
+            if script.print_env:
+                for name, value in environment(pod, c):
+                    self.logs.print(key, f"{name}={value}")
             for line in script.lines:
                 self.logs.print(key, line)
         running = {"running": {"startedAt": started}}
@@ -311,12 +369,28 @@ class SimulatedKubelet:
             return
         if script.run_forever:
             return
+        if script.until is not None:
+            thread = threading.Thread(
+                target=self._run_until, args=(pod, script, started), name=f"pod-{pod['metadata']['name']}"
+            )
+            thread.daemon = True
+            thread.start()
+            return
         if script.run_seconds > 0:
             timer = threading.Timer(script.run_seconds, self._finish_run, (pod, script, started))
             timer.daemon = True
             timer.start()
             return
-        self._terminate(pod, script.exit_code, script.reason, started)
+        self._terminate(pod, script.exit_code, script.reason, started, script.final_lines)
+
+    def _run_until(self, pod: Obj, script: PodScript, started: str) -> None:
+        """The containers run until the script's event is set (and `run_seconds` passed)."""
+        assert script.until is not None
+        deadline = time.monotonic() + script.run_seconds
+        while not (script.until.is_set() and time.monotonic() >= deadline):
+            if self._stop.wait(0.1):
+                return
+        self._finish_run(pod, script, started)
 
     def _finish_run(self, pod: Obj, script: PodScript, started: str) -> None:
         """A container that ran `run_seconds` exits, unless its pod went meanwhile."""
@@ -324,17 +398,22 @@ class SimulatedKubelet:
         if self._stop.is_set() or uid not in self._handled or uid in self._ended:
             return
         try:
-            self._terminate(pod, script.exit_code, script.reason, started)
+            self._terminate(pod, script.exit_code, script.reason, started, script.final_lines)
         except (ApiError, OSError, http.client.HTTPException) as e:
             log.warning("simulated kubelet %s: ending %s: %s", self.node, pod["metadata"]["name"], e)
         except Exception as e:
             self.errors.append(e)
             log.exception("simulated kubelet %s crashed", self.node)
 
-    def _terminate(self, pod: Obj, exit_code: int, reason: str | None, started: str) -> None:
+    def _terminate(
+        self, pod: Obj, exit_code: int, reason: str | None, started: str, final_lines: tuple[str, ...] = ()
+    ) -> None:
         self._ended.add(pod["metadata"]["uid"])
         for c in pod["spec"]["containers"]:
-            self.logs.finish((pod["metadata"]["namespace"], pod["metadata"]["name"], c["name"]))
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"], c["name"])
+            for line in final_lines:
+                self.logs.print(key, line)
+            self.logs.finish(key)
         terminated = {
             "terminated": {
                 "exitCode": exit_code,

@@ -1,0 +1,190 @@
+"""The kubernetes jobs backend's end-to-end tests, shared: `paddlecloud server` with
+`jobs.backend: kubernetes` on the session's real control plane (tests/kube_real), its jobs
+service authenticating with the jobs-service token the Helm chart's RBAC gives (never
+rbac.py), and what those tests ask of it (submit, wait, the objects a job left).
+
+Every test gets names of its own on the shared cluster: the chart's rights in a namespace
+`pcjobs-<hex>` and the users' namespaces under a `t<hex>-` prefix, both deleted after it."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from test_jobs_cli import as_json, make_package, ok, run_cli
+
+from kube_real import PodScript
+from kube_real.chart import ChartRights, install_rights
+from kube_real.fixtures import RealKube
+from paddlecloud.jobs.kube.names import COMPLETION_INDEX, LABEL_JOB, LABEL_ROLE, POD_INDEX, namespace_for
+
+Obj = dict[str, Any]
+DC = "datacenter1"
+# Where a job's objects live in the API, for `objects_of`: everything the backend makes
+# for a job carries its name in LABEL_JOB.
+JOB_COLLECTIONS = {
+    "configmaps": "/api/v1",
+    "statefulsets": "/apis/apps/v1",
+    "jobs": "/apis/batch/v1",
+    "services": "/api/v1",
+    "pods": "/api/v1",
+    "secrets": "/api/v1",
+    "networkpolicies": "/apis/networking.k8s.io/v1",
+}
+
+
+def kube_settings(kubeconfig: Path | str, prefix: str, **overrides: Any) -> Obj:
+    """`jobs.kubernetes` for a test: short timings, and a `hostpath` datacenter (a `pvc`
+    one needs a claim in each user's namespace, which no test makes)."""
+    return {
+        "kubeconfig": str(kubeconfig),
+        "namespace_prefix": prefix,
+        "datacenters": {DC: {"kind": "hostpath", "host_path": "/srv/pfs"}},
+        "watch_timeout_seconds": 5,
+        "max_backoff_seconds": 1,
+        "quota_sync_seconds": 0.5,
+        "image_pull_timeout_seconds": 3,
+        **overrides,
+    }
+
+
+def write_server_config(path: Path, settings: Obj, **sections: Obj) -> Path:
+    """A `--server-config` YAML with the kubernetes backend and `settings`, and any other
+    sections (`builder=...`) as given."""
+    path.write_text(yaml.safe_dump({"jobs": {"backend": "kubernetes", "kubernetes": settings}, **sections}))
+    return path
+
+
+def role_of(pod: Obj) -> str:
+    return str(pod["metadata"]["labels"].get(LABEL_ROLE))
+
+
+def index_of(pod: Obj) -> int:
+    """A pod's trainer id (the Indexed Job's index) or parameter server index."""
+    labels = pod["metadata"]["labels"]
+    return int(labels.get(COMPLETION_INDEX, labels.get(POD_INDEX, -1)))
+
+
+def script(**by_role: Callable[[Obj], PodScript]) -> Callable[[Obj], PodScript]:
+    """A kubelet script by role (pserver, trainer); by default parameter servers serve
+    until deleted (their StatefulSet restarts them: restartPolicy Always) and other pods
+    print `<role> done` and exit 0."""
+
+    def decide(pod: Obj) -> PodScript:
+        role = role_of(pod)
+        if role in by_role:
+            return by_role[role](pod)
+        return PodScript(run_forever=True) if role == "pserver" else PodScript(lines=(f"{role} done",))
+
+    return decide
+
+
+def wait(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    """`condition()`'s first true value, asked again until `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@dataclass
+class KubeBackend:
+    """A `paddlecloud server` on the real control plane, for one test."""
+
+    server: Any  # conftest.Server
+    kube: RealKube
+    rights: ChartRights
+    prefix: str  # of the users' namespaces
+    tmp_path: Path
+
+    def namespace(self, user: str = "admin") -> str:
+        return namespace_for(user, self.prefix)
+
+    def objects_of(self, job: str, user: str = "admin") -> list[str]:
+        """What is left of `job` in its user's namespace, as `<plural>/<name>`, as the
+        cluster's admin sees it (a pod being deleted counts)."""
+        admin, namespace = self.kube.cluster.admin, self.namespace(user)
+        found = []
+        for plural, base in JOB_COLLECTIONS.items():
+            listing = admin.get(
+                f"{base}/namespaces/{namespace}/{plural}", query={"labelSelector": f"{LABEL_JOB}={job}"}
+            )
+            found += [f"{plural}/{obj['metadata']['name']}" for obj in listing["items"]]
+        return found
+
+    def package(self) -> Path:
+        """The test's job package (test_jobs_cli.make_package), made on first use."""
+        package = self.tmp_path / "pkg"
+        if not package.exists():
+            make_package(package)
+        return package
+
+    def submit(self, name: str, *flags: str) -> dict[str, Any]:
+        """Submits the test package as `name` through the CLI; the job as `get job` shows it."""
+        ok(run_cli(self.server, "submit", "--name", name, *flags, str(self.package())))
+        return self.job(name)
+
+    def job(self, name: str, *flags: str) -> dict[str, Any]:
+        result: dict[str, Any] = as_json(run_cli(self.server, *flags, "-o", "json", "get", "job", name))
+        return result
+
+    def wait_for_state(
+        self, name: str, states: tuple[str, ...], *flags: str, timeout: float = 60
+    ) -> dict[str, Any]:
+        """The job once it is in one of `states`; `flags` go before `get` (`--datacenter x`)."""
+        result: dict[str, Any] = wait(
+            lambda: (j := self.job(name, *flags))["state"] in states and j, f"{name} in {states}", timeout
+        )
+        return result
+
+    def remove(self) -> None:
+        """Stops the server, then deletes the users' namespaces and the chart's rights."""
+        self.server.stop()
+        admin = self.kube.cluster.admin
+        for namespace in admin.get("/api/v1/namespaces")["items"]:
+            name = namespace["metadata"]["name"]
+            if name.startswith(self.prefix):
+                admin.request("DELETE", f"/api/v1/namespaces/{name}")
+        self.rights.remove()
+
+
+@contextmanager
+def kube_backend(
+    real_kube: RealKube, server_factory: Any, tmp_path: Path, **overrides: Any
+) -> Iterator[KubeBackend]:
+    """A `paddlecloud server` on the real control plane for one test: the chart's
+    jobs-service rights in a namespace of the test's own, the users' namespaces under a
+    prefix of the test's own, `overrides` in `jobs.kubernetes`; all of it removed after.
+    A test module makes it its fixture:
+
+        @pytest.fixture
+        def backend(real_kube, server_factory, tmp_path):
+            with kube_backend(real_kube, server_factory, tmp_path) as started:
+                yield started
+    """
+    token = secrets.token_hex(2)
+    rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{token}")
+    prefix = f"t{token}-"
+    backend = None
+    try:
+        path = write_server_config(
+            tmp_path / "server.yaml", kube_settings(rights.kubeconfig, prefix, **overrides)
+        )
+        backend = KubeBackend(
+            server_factory("--server-config", str(path)), real_kube, rights, prefix, tmp_path
+        )
+        yield backend
+    finally:
+        if backend is not None:
+            backend.remove()
+        else:
+            rights.remove()
