@@ -1,6 +1,6 @@
 """Smoke tests of the real control plane (tests/kube_real): each checks something that
 only a real API server, its admission chain, RBAC and controllers do, and that
-tests/kube_fake accepts or cannot show."""
+a fake API server (the deleted tests/kube_fake) accepted or could not show."""
 
 from __future__ import annotations
 
