@@ -28,18 +28,6 @@ class Builds:
     rights: ChartRights
 
 
-def with_ephemeral_storage(real_kube: RealKube, size: str = "100Gi") -> None:
-    """The simulated node advertises `ephemeral-storage`, as every real kubelet does: the
-    executor requests it (builder.kaniko.ephemeral_storage), and the real scheduler leaves
-    a pod that asks for more than a node has Pending ("Insufficient ephemeral-storage").
-    The kubelet's heartbeats patch only its conditions, so this stays."""
-    extra = {"ephemeral-storage": size}
-    real_kube.cluster.admin.merge_patch(
-        f"/api/v1/nodes/{real_kube.kubelet.node}/status",
-        {"status": {"capacity": extra, "allocatable": extra}},
-    )
-
-
 @contextmanager
 def builds_namespace(real_kube: RealKube, home: Path) -> Iterator[Builds]:
     """A builds namespace of its own (Pod Security `baseline`), and the builder's
@@ -47,7 +35,6 @@ def builds_namespace(real_kube: RealKube, home: Path) -> Iterator[Builds]:
     ci/kaniko-values.yaml with that namespace, the account in a namespace of its own;
     all deleted afterwards. The kubeconfig with the account's token is under `home`."""
     admin = real_kube.cluster.admin
-    with_ephemeral_storage(real_kube)
     token = secrets.token_hex(3)
     namespace = f"pcbuilds-{token}"
     admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": POD_SECURITY}})

@@ -1,7 +1,7 @@
 """The simulated kubelet: nodes without a container runtime, as a client of the real API
-server. It registers its node with cpu, memory and `nvidia.com/gpu` capacity, keeps the
-node's Lease renewed (so the node lifecycle controller keeps it Ready and untainted), and
-moves each pod the real scheduler bound to it through its phases as the test's script
+server. It registers its node with cpu, memory, ephemeral-storage and `nvidia.com/gpu`
+capacity, keeps the node's Lease renewed (so the node lifecycle controller keeps it Ready
+and untainted), and moves each pod the real scheduler bound to it through its phases as the test's script
 says. It speaks only as `system:node:<name>`, so the Node authorizer and the
 NodeRestriction admission plugin judge every request as they would a real kubelet's, and
 serves the containers' logs to the API server (`pods/log`, kube_real/logs.py).
@@ -128,6 +128,7 @@ class SimulatedKubelet:
         memory: str = "64Gi",
         gpus: int = 4,
         pods: int = 110,
+        ephemeral_storage: str = "100Gi",
         serving: tuple[Path, Path, Path] | None = None,
     ) -> None:
         """`serving`: the certificate, key and CA of the HTTPS endpoint the API server
@@ -136,7 +137,10 @@ class SimulatedKubelet:
         self.logs = LogStore()
         self._log_server = LogServer(self.logs, *serving) if serving else None
         self.node = node
+        # Every real kubelet advertises ephemeral-storage; a pod that requests some (the Kaniko
+        # executor) is otherwise left Pending, "Insufficient ephemeral-storage".
         self.capacity = {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus), "pods": str(pods)}
+        self.capacity["ephemeral-storage"] = ephemeral_storage
         self.script: Callable[[Obj], PodScript] = default_script
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
