@@ -159,12 +159,17 @@ class KubeBackend:
 
 @contextmanager
 def kube_backend(
-    real_kube: RealKube, server_factory: Any, tmp_path: Path, **overrides: Any
+    real_kube: RealKube,
+    server_factory: Any,
+    tmp_path: Path,
+    via: Callable[[Path], Path] | None = None,
+    **overrides: Any,
 ) -> Iterator[KubeBackend]:
     """A `paddlecloud server` on the real control plane for one test: the chart's
     jobs-service rights in a namespace of the test's own, the users' namespaces under a
     prefix of the test's own, `overrides` in `jobs.kubernetes`; all of it removed after.
-    A test module makes it its fixture:
+    `via` turns the rights' kubeconfig into the one the service uses (a fault proxy's,
+    kube_real/faults.py). A test module makes it its fixture:
 
         @pytest.fixture
         def backend(real_kube, server_factory, tmp_path):
@@ -177,7 +182,8 @@ def kube_backend(
     backend = None
     try:
         path = write_server_config(
-            tmp_path / "server.yaml", kube_settings(rights.kubeconfig, prefix, **overrides)
+            tmp_path / "server.yaml",
+            kube_settings(via(rights.kubeconfig) if via else rights.kubeconfig, prefix, **overrides),
         )
         backend = KubeBackend(
             server_factory("--server-config", str(path)), real_kube, rights, prefix, tmp_path

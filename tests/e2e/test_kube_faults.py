@@ -10,20 +10,21 @@ from __future__ import annotations
 import functools
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kube_backend_support as kb
 import pytest
 import yaml
-from test_jobs_cli import as_json, make_package, ok, run_cli, wait_for_state
+from test_jobs_cli import as_json, ok, run_cli, wait_for_state
 
 from kube_real import KubeClient, PodScript
 from kube_real.chart import install_rights
 from kube_real.faults import FaultProxy
 from kube_real.fixtures import RealKube
-from paddlecloud.jobs.kube.names import LABEL_JOB, LABEL_ROLE, namespace_for
+from paddlecloud.jobs.kube.names import LABEL_JOB
 
 pytestmark = pytest.mark.slow
 
@@ -32,73 +33,37 @@ Obj = dict[str, Any]
 TRAINERS_JOBS = "/apis/batch/v1/jobs"  # the informer's list and watch of Jobs
 
 
-def script(**by_role: Callable[[Obj], PodScript]) -> Callable[[Obj], PodScript]:
-    """A kubelet script by role (pserver, trainer); parameter servers serve until deleted."""
-
-    def decide(pod: Obj) -> PodScript:
-        role = str(pod["metadata"]["labels"].get(LABEL_ROLE))
-        if role in by_role:
-            return by_role[role](pod)
-        return PodScript(run_forever=True) if role == "pserver" else PodScript(lines=(f"{role} done",))
-
-    return decide
-
-
 @dataclass
 class Faulty:
     """A `paddlecloud server` whose jobs service reaches the API server through `proxy`;
     the admin's jobs go to `namespace`."""
 
-    server: Any
+    backend: kb.KubeBackend
     proxy: FaultProxy
-    namespace: str
 
+    @property
+    def server(self) -> Any:
+        return self.backend.server
 
-def kube_config(tmp_path: Path, kubeconfig: Path, prefix: str) -> Path:
-    settings: Obj = {
-        "kubeconfig": str(kubeconfig),
-        "namespace_prefix": prefix,
-        # A pvc datacenter needs a claim in each user's namespace; hostPath needs none.
-        "datacenters": {DC: {"kind": "hostpath", "host_path": "/srv/pfs"}},
-        "request_timeout_seconds": 3,
-        "watch_timeout_seconds": 5,
-        "max_backoff_seconds": 1,
-        "quota_sync_seconds": 0.5,
-        "image_pull_timeout_seconds": 3,
-    }
-    path = tmp_path / "server.yaml"
-    path.write_text(yaml.safe_dump({"jobs": {"backend": "kubernetes", "kubernetes": settings}}))
-    return path
+    @property
+    def namespace(self) -> str:
+        return self.backend.namespace()
 
 
 @pytest.fixture
 def faulty(real_kube: RealKube, server_factory: Any, tmp_path: Path) -> Iterator[Faulty]:
-    """The server, its rights (a namespace of their own) and users' namespaces named for
-    this test alone; all of it deleted after."""
-    token = secrets.token_hex(2)
-    admin = real_kube.cluster.admin
-    rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{token}")
-    prefix = f"t{token}-"
-    server = None
-    try:
-        with FaultProxy(real_kube.cluster) as proxy:
-            config = kube_config(tmp_path, proxy.kubeconfig(rights.kubeconfig), prefix)
-            server = server_factory("--server-config", str(config))
-            yield Faulty(server, proxy, namespace_for("admin", prefix))
-            server.stop()
-    finally:
-        if server is not None:
-            server.stop()
-        for namespace in admin.get("/api/v1/namespaces")["items"]:
-            if namespace["metadata"]["name"].startswith(prefix):
-                admin.request("DELETE", f"/api/v1/namespaces/{namespace['metadata']['name']}")
-        rights.remove()
+    """The server through the proxy, its calls timing out at 3 s (kube_backend_support)."""
+    with (
+        FaultProxy(real_kube.cluster) as proxy,
+        kb.kube_backend(
+            real_kube, server_factory, tmp_path, via=proxy.kubeconfig, request_timeout_seconds=3
+        ) as backend,
+    ):
+        yield Faulty(backend, proxy)
 
 
-def submit(server: Any, tmp_path: Path, name: str, *flags: str) -> None:
-    package = tmp_path / f"pkg-{name}"
-    make_package(package)
-    ok(run_cli(server, "submit", "--name", name, *flags, str(package)))
+def submit(faulty: Faulty, name: str, *flags: str) -> None:
+    ok(run_cli(faulty.server, "submit", "--name", name, *flags, str(faulty.backend.package())))
 
 
 def get_job(server: Any, name: str) -> Obj:
@@ -115,39 +80,10 @@ def lists(proxy: FaultProxy, path: str) -> int:
     return sum(1 for r in proxy.requests if r.method == "GET" and not r.watch and r.path == path)
 
 
-def objects_of(real_kube: RealKube, namespace: str, job: str) -> list[str]:
-    """What is left of `job` in `namespace`, as the admin sees it (the real garbage
-    collector removes what the owner owned; pods go once the kubelet let them go)."""
-    admin = real_kube.cluster.admin
-    found = []
-    for base, plural in (
-        ("/api/v1", "configmaps"),
-        ("/apis/apps/v1", "statefulsets"),
-        ("/apis/batch/v1", "jobs"),
-        ("/api/v1", "services"),
-        ("/api/v1", "pods"),
-        ("/apis/networking.k8s.io/v1", "networkpolicies"),
-    ):
-        listing = admin.get(
-            f"{base}/namespaces/{namespace}/{plural}", query={"labelSelector": f"{LABEL_JOB}={job}"}
-        )
-        found += [f"{plural}/{o['metadata']['name']}" for o in listing["items"]]
-    return found
-
-
-def left_of(real_kube: RealKube, namespace: str, job: str) -> bool:
-    """Whether nothing is left of `job`."""
-    return not objects_of(real_kube, namespace, job)
-
-
-def wait(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)  # the CLI and the admin's lists are what is polled, not the service
+def left_of(faulty: Faulty, job: str) -> bool:
+    """Whether nothing is left of `job` (the real garbage collector removes what the
+    owner owned; pods go once the kubelet let them go)."""
+    return not faulty.backend.objects_of(job)
 
 
 def changes(watch: Iterator[Obj]) -> Iterator[Obj]:
@@ -214,8 +150,8 @@ def test_an_expired_watch_relists_without_missing_the_end(
     real_kube: RealKube, faulty: Faulty, tmp_path: Path
 ) -> None:
     server, proxy = faulty.server, faulty.proxy
-    with real_kube.scripted(script(trainer=lambda pod: PodScript(lines=("x",), run_seconds=4))):
-        submit(server, tmp_path, "relist")
+    with real_kube.scripted(kb.script(trainer=lambda pod: PodScript(lines=("x",), run_seconds=4))):
+        submit(faulty, "relist")
         wait_for_state(server, "relist", ("RUNNING",))
         # The watches go away (their resumes hang), the job ends meanwhile, and then every
         # resume is answered 410 Gone: only a new list can show the service the end.
@@ -237,7 +173,7 @@ def test_an_expired_watch_relists_without_missing_the_end(
     assert lists(proxy, TRAINERS_JOBS) > lists_before
     # The end's log was kept from what the new list showed, and nothing is left.
     assert "[trainer-0] x" in ok(run_cli(server, "logs", "relist")).splitlines()
-    wait(functools.partial(left_of, real_kube, faulty.namespace, "relist"), "the job's objects to go")
+    kb.wait(functools.partial(left_of, faulty, "relist"), "the job's objects to go")
 
 
 def test_an_api_server_answering_500_for_a_minute_loses_nothing(
@@ -246,13 +182,13 @@ def test_an_api_server_answering_500_for_a_minute_loses_nothing(
     server, proxy = faulty.server, faulty.proxy
     outage = 60.0
     # The trainer ends inside the outage: only what the service sees after it shows the end.
-    with real_kube.scripted(script(trainer=lambda pod: PodScript(lines=("steady",), run_seconds=20))):
-        submit(server, tmp_path, "steady")
+    with real_kube.scripted(kb.script(trainer=lambda pod: PodScript(lines=("steady",), run_seconds=20))):
+        submit(faulty, "steady")
         wait_for_state(server, "steady", ("RUNNING",))
         proxy.fail(500, seconds=outage)
         ends = time.monotonic() + outage
         # A submit meanwhile waits for the API rather than failing.
-        submit(server, tmp_path, "later")
+        submit(faulty, "later")
         seen: set[str] = set()
         reasons: set[str] = set()
         while time.monotonic() < ends - 2:
@@ -271,7 +207,7 @@ def test_an_api_server_answering_500_for_a_minute_loses_nothing(
         assert wait_for_state(server, "later", ("SUCCEEDED", "FAILED"))["state"] == "SUCCEEDED"
     assert "[trainer-0] steady" in ok(run_cli(server, "logs", "steady")).splitlines()
     for name in ("steady", "later"):
-        wait(functools.partial(left_of, real_kube, faulty.namespace, name), f"{name}'s objects to go")
+        kb.wait(functools.partial(left_of, faulty, name), f"{name}'s objects to go")
 
 
 def test_a_hung_create_times_out_and_the_job_still_starts(
@@ -283,8 +219,10 @@ def test_a_hung_create_times_out_and_the_job_still_starts(
     server, proxy = faulty.server, faulty.proxy
     creates = rf"^/apis/batch/v1/namespaces/{faulty.namespace}/jobs$"
     proxy.hang(method="POST", path=creates, times=1, forward=True)
-    with real_kube.scripted(script(trainer=lambda pod: PodScript(lines=("after the hang",), run_seconds=1))):
-        submit(server, tmp_path, "hung")
+    with real_kube.scripted(
+        kb.script(trainer=lambda pod: PodScript(lines=("after the hang",), run_seconds=1))
+    ):
+        submit(faulty, "hung")
         done = wait_for_state(server, "hung", ("SUCCEEDED", "FAILED"))
     assert done["state"] == "SUCCEEDED", done
     waited = [e for e in done["events"] if e["reason"] == "WaitingForResources"]
@@ -295,4 +233,4 @@ def test_a_hung_create_times_out_and_the_job_still_starts(
     assert [r.fault for r in posts] == ["hung", ""], posts
     assert posts[1].status == 409  # the first try's Job, adopted
     assert "[trainer-0] after the hang" in ok(run_cli(server, "logs", "hung")).splitlines()
-    wait(functools.partial(left_of, real_kube, faulty.namespace, "hung"), "the job's objects to go")
+    kb.wait(functools.partial(left_of, faulty, "hung"), "the job's objects to go")
