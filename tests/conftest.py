@@ -36,6 +36,8 @@ _ONE_WORKER = {
 }
 
 
+# tryfirst: pytest-xdist reads the groups in its own collection hook on each worker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         groups = {_ONE_WORKER[f] for f in getattr(item, "fixturenames", ()) if f in _ONE_WORKER}
