@@ -105,9 +105,10 @@ class KubeBackend:
     rights: ChartRights
     prefix: str  # of the users' namespaces
     tmp_path: Path
+    shared: str | None = None  # the one namespace of shared mode
 
     def namespace(self, user: str = "admin") -> str:
-        return namespace_for(user, self.prefix)
+        return self.shared or namespace_for(user, self.prefix)
 
     def objects_of(self, job: str, user: str = "admin") -> list[str]:
         """What is left of `job` in its user's namespace, as `<plural>/<name>`, as the
@@ -163,13 +164,20 @@ def kube_backend(
     server_factory: Any,
     tmp_path: Path,
     via: Callable[[Path], Path] | None = None,
+    *,
+    sets: tuple[str, ...] = (),
+    mutate: Callable[[list[Obj]], None] | None = None,
+    shared_labels: dict[str, str] | None = None,
     **overrides: Any,
 ) -> Iterator[KubeBackend]:
     """A `paddlecloud server` on the real control plane for one test: the chart's
     jobs-service rights in a namespace of the test's own, the users' namespaces under a
     prefix of the test's own, `overrides` in `jobs.kubernetes`; all of it removed after.
     `via` turns the rights' kubeconfig into the one the service uses (a fault proxy's,
-    kube_real/faults.py). A test module makes it its fixture:
+    kube_real/faults.py); `sets` and `mutate` go to the chart's rights
+    (kube_real.chart.install_rights: a mutation test drops a rule); `shared_labels` runs
+    the service in shared mode, in a namespace of the test's made first with those labels,
+    as an operator would. A test module makes it its fixture:
 
         @pytest.fixture
         def backend(real_kube, server_factory, tmp_path):
@@ -177,8 +185,18 @@ def kube_backend(
                 yield started
     """
     token = secrets.token_hex(2)
-    rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{token}")
     prefix = f"t{token}-"
+    shared = None
+    if shared_labels is not None:
+        shared = f"{prefix}jobs"  # under the prefix, so it goes with the users' namespaces
+        admin = real_kube.cluster.admin
+        admin.create("/api/v1/namespaces", {"metadata": {"name": shared, "labels": shared_labels}})
+        # Until the ServiceAccount controller made `default`, its admission plugin refuses
+        # every pod there, before PodSecurity looks.
+        admin.wait_for(f"/api/v1/namespaces/{shared}/serviceaccounts", lambda _: True, name="default")
+        sets = (*sets, "jobs.kubernetes.namespaceMode=shared", f"jobs.kubernetes.namespace={shared}")
+        overrides = {"namespace_mode": "shared", "namespace": shared, **overrides}
+    rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{token}", sets=sets, mutate=mutate)
     backend = None
     try:
         path = write_server_config(
@@ -186,7 +204,7 @@ def kube_backend(
             kube_settings(via(rights.kubeconfig) if via else rights.kubeconfig, prefix, **overrides),
         )
         backend = KubeBackend(
-            server_factory("--server-config", str(path)), real_kube, rights, prefix, tmp_path
+            server_factory("--server-config", str(path)), real_kube, rights, prefix, tmp_path, shared
         )
         yield backend
     finally:
@@ -194,3 +212,5 @@ def kube_backend(
             backend.remove()
         else:
             rights.remove()
+            if shared is not None:
+                real_kube.cluster.admin.request("DELETE", f"/api/v1/namespaces/{shared}")

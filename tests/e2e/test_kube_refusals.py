@@ -16,154 +16,51 @@ tests/component/test_submit_refusals.py.)
 
 from __future__ import annotations
 
-import secrets
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import kube_backend_support as kb
 import pytest
-import yaml
-from test_jobs_cli import as_json, make_package, ok, run_cli
 
 from kube_real import KubeClient
-from kube_real.chart import ChartRights, install_rights
 from kube_real.fixtures import RealKube
-from paddlecloud.jobs.kube.names import LABEL_JOB, MANAGED_BY, MANAGER, namespace_for
+from paddlecloud.jobs.kube.names import MANAGED_BY, MANAGER
 
 Obj = dict[str, Any]
 
-DC = "datacenter1"
 ENDED = ("SUCCEEDED", "FAILED", "KILLED")
-# Every kind a job makes, by the API path of its collection in a namespace.
-JOB_KINDS = {
-    "configmaps": "/api/v1/namespaces/{ns}/configmaps",
-    "services": "/api/v1/namespaces/{ns}/services",
-    "secrets": "/api/v1/namespaces/{ns}/secrets",
-    "pods": "/api/v1/namespaces/{ns}/pods",
-    "statefulsets": "/apis/apps/v1/namespaces/{ns}/statefulsets",
-    "jobs": "/apis/batch/v1/namespaces/{ns}/jobs",
-    "networkpolicies": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
-}
-
-
-@dataclass
-class KubeServer:
-    """A `paddlecloud server` on the real control plane with the chart's rights, whose
-    users' namespaces (or its one shared namespace) start with `prefix`."""
-
-    server: Any
-    rights: ChartRights
-    prefix: str
-    admin: KubeClient
-    shared: str | None = None  # the shared namespace, in shared mode
-
-    @property
-    def namespace(self) -> str:
-        """Where the admin's jobs run."""
-        return self.shared or namespace_for("admin", self.prefix)
-
-    def job(self, name: str) -> Obj:
-        return dict(as_json(run_cli(self.server, "-o", "json", "get", "job", name)))
-
-    def submit(self, tmp_path: Path, name: str, *flags: str) -> Obj:
-        package = tmp_path / f"pkg-{name}"
-        if not package.exists():
-            make_package(package)
-        ok(run_cli(self.server, "submit", "--name", name, *flags, str(package)))
-        return self.job(name)
-
-    def wait_job(self, name: str, until: Callable[[Obj], bool], what: str, timeout: float = 60) -> Obj:
-        """The job as `get job` shows it once `until` holds; fails naming `what`, with the
-        job as last seen."""
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.job(name)
-            if until(job):
-                return job
-            assert time.monotonic() < deadline, f"{name}: no {what} in {timeout:.0f} s: {job}"
-            time.sleep(0.3)
-
-    def wait_nothing_left(self, job: str, timeout: float = 60) -> None:
-        """Returns once none of the job's objects is left (the garbage collector removes
-        what the deleted owner owned, in the background)."""
-        deadline = time.monotonic() + timeout
-        while left := self.objects_of(job):
-            assert time.monotonic() < deadline, f"{job}: still there after {timeout:.0f} s: {left}"
-            time.sleep(0.3)
-
-    def objects_of(self, job: str) -> list[str]:
-        """What is left in the job's namespace of the job's objects."""
-        found = []
-        for kind, path in JOB_KINDS.items():
-            listing = self.admin.get(
-                path.format(ns=self.namespace), query={"labelSelector": f"{LABEL_JOB}={job}"}
-            )
-            found += [f"{kind}/{o['metadata']['name']}" for o in listing["items"]]
-        return found
 
 
 @pytest.fixture
 def kube_server(
     real_kube: RealKube, server_factory: Any, tmp_path: Path
-) -> Iterator[Callable[..., KubeServer]]:
-    """Starts `paddlecloud server` on the real control plane: `start(sets=..., mutate=...,
-    shared_labels=..., **settings)`; `sets` and `mutate` go to the chart's rights
-    (kube_real.chart.install_rights), `shared_labels` makes the namespace shared mode runs
-    in (the operator's, labelled so), `settings` override `jobs.kubernetes`. Afterwards the
-    server stops and everything the test made goes: its namespaces and the rights."""
-    admin = real_kube.cluster.admin
-    made: list[KubeServer] = []
+) -> Iterator[Callable[..., kb.KubeBackend]]:
+    """Starts `paddlecloud server` on the real control plane, as
+    `kube_backend_support.kube_backend(sets=..., mutate=..., shared_labels=...,
+    **settings)` does; stopped, and all it made deleted, after the test."""
+    with ExitStack() as stack:
 
-    def start(
-        *,
-        sets: tuple[str, ...] = (),
-        mutate: Callable[[list[Obj]], None] | None = None,
-        shared_labels: dict[str, str] | None = None,
-        **settings: Any,
-    ) -> KubeServer:
-        token = secrets.token_hex(3)
-        prefix = f"t{token}-"
-        shared = None
-        if shared_labels is not None:
-            shared = f"{prefix}jobs"
-            admin.create("/api/v1/namespaces", {"metadata": {"name": shared, "labels": shared_labels}})
-            # Until the ServiceAccount controller made `default`, its admission plugin
-            # refuses every pod there, before PodSecurity looks.
-            admin.wait_for(f"/api/v1/namespaces/{shared}/serviceaccounts", lambda _: True, name="default")
-            sets = (*sets, "jobs.kubernetes.namespaceMode=shared", f"jobs.kubernetes.namespace={shared}")
-            settings = {"namespace_mode": "shared", "namespace": shared, **settings}
-        rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{token}", sets=sets, mutate=mutate)
-        kube = KubeServer(None, rights, prefix, admin, shared)
-        made.append(kube)
-        kubernetes = {
-            "kubeconfig": str(rights.kubeconfig),
-            "namespace_prefix": prefix,
-            "datacenters": {DC: {"kind": "hostpath", "host_path": "/srv/paddlecloud-pfs"}},
-            "watch_timeout_seconds": 5,
-            "max_backoff_seconds": 1,
-            "quota_sync_seconds": 0.5,
-            **settings,
-        }
-        config = tmp_path / f"server-{token}.yaml"
-        config.write_text(yaml.safe_dump({"jobs": {"backend": "kubernetes", "kubernetes": kubernetes}}))
-        kube.server = server_factory(
-            "--server-config",
-            str(config),
-            home=tmp_path / f"home-{token}",
-            data_dir=tmp_path / f"data-{token}",
-        )
-        return kube
+        def start(**options: Any) -> kb.KubeBackend:
+            backend: kb.KubeBackend = stack.enter_context(
+                kb.kube_backend(real_kube, server_factory, tmp_path, **options)
+            )
+            return backend
 
-    yield start
-    for kube in made:
-        if kube.server is not None:
-            kube.server.stop()
-        for namespace in admin.get("/api/v1/namespaces")["items"]:
-            if namespace["metadata"]["name"].startswith(kube.prefix):
-                admin.request("DELETE", f"/api/v1/namespaces/{namespace['metadata']['name']}")
-        kube.rights.remove()
+        yield start
+
+
+def ended(backend: kb.KubeBackend, name: str, what: str = "its end") -> Obj:
+    """The job once it ended, as `get job` shows it."""
+    job: Obj = kb.wait(lambda: (j := backend.job(name))["state"] in ENDED and j, f"{name}: {what}")
+    return job
+
+
+def nothing_left(backend: kb.KubeBackend, job: str) -> None:
+    """Returns once none of the job's objects is left (the garbage collector removes what
+    the deleted owner owned, in the background)."""
+    kb.wait(lambda: not backend.objects_of(job), f"nothing left of {job}")
 
 
 def without_rule(resource: str) -> Callable[[list[Obj]], None]:
@@ -182,13 +79,13 @@ def without_rule(resource: str) -> Callable[[list[Obj]], None]:
 
 
 def test_a_right_missing_from_the_chart_fails_the_job_naming_it_and_leaves_nothing(
-    kube_server: Callable[..., KubeServer], tmp_path: Path
+    kube_server: Callable[..., kb.KubeBackend],
 ) -> None:
     """FAILED, not PENDING: nothing but a mended installation lets the job start (RBAC's
     403 is no outage), and the reason tells the user it is the operator's to mend."""
     kube = kube_server(mutate=without_rule("statefulsets"))
-    kube.submit(tmp_path, "norights", "--pservers", "1", "--trainers", "1")
-    job = kube.wait_job("norights", lambda j: j["state"] in ENDED, "end")
+    kube.submit("norights", "--pservers", "1", "--trainers", "1")
+    job = ended(kube, "norights")
     assert job["state"] == "FAILED", job
     reason = job["reason"]
     assert reason.startswith("Kubernetes refused the job: create StatefulSet norights-pserver: "), reason
@@ -197,25 +94,25 @@ def test_a_right_missing_from_the_chart_fails_the_job_naming_it_and_leaves_nothi
     assert "an operator must grant it" in reason, reason
     assert [e["reason"] for e in job["events"]] == ["JobSubmitted", "JobFailed"], job["events"]
     # The owner made before the refusal was deleted, and what it owned with it.
-    kube.wait_nothing_left("norights")
+    nothing_left(kube, "norights")
     # Nor may the service watch StatefulSets: a job without parameter servers is made,
     # and says why its state cannot be followed (not "the API is not answering").
-    kube.submit(tmp_path, "unwatched")
+    kube.submit("unwatched")
     refused = f'User "{account}" cannot list resource "statefulsets" in API group "apps" at the cluster scope'
-    job = kube.wait_job("unwatched", lambda j: refused in j["reason"], "the refused watch in its reason")
+    job = kb.wait(lambda: refused in (j := kube.job("unwatched"))["reason"] and j, "the refused watch")
     assert job["reason"].startswith("the jobs service may not watch StatefulSets (list StatefulSet: "), job
     assert "an operator must grant it" in job["reason"], job
 
 
 def test_pod_security_refusing_a_hostpath_volume_fails_the_job_in_its_words(
-    kube_server: Callable[..., KubeServer], tmp_path: Path
+    kube_server: Callable[..., kb.KubeBackend],
 ) -> None:
     """The operator's shared namespace enforces `restricted`, the datacenter is a hostPath:
     the API server takes the Job, its controller's pods are refused. FAILED: neither the
     pods' volume nor the namespace's level changes while the job waits."""
     kube = kube_server(shared_labels={"pod-security.kubernetes.io/enforce": "restricted"})
-    kube.submit(tmp_path, "psa")
-    job = kube.wait_job("psa", lambda j: j["state"] in ENDED, "end")
+    kube.submit("psa")
+    job = ended(kube, "psa")
     assert job["state"] == "FAILED", job
     reason = job["reason"]
     assert reason.startswith("Kubernetes refuses its pods (Pod Security admission): "), reason
@@ -225,7 +122,7 @@ def test_pod_security_refusing_a_hostpath_volume_fails_the_job_in_its_words(
     )
     assert refused in reason, reason
     assert job["events"][-1]["reason"] == "JobFailed" and job["events"][-1]["message"] == reason
-    kube.wait_nothing_left("psa")
+    nothing_left(kube, "psa")
 
 
 HOLD = "paddlecloud.test/hold"
@@ -247,28 +144,31 @@ def hold_finalizer(admin: KubeClient, namespace: str, held: bool) -> Obj:
 
 
 def test_a_job_waits_while_its_namespace_terminates_then_starts_in_it_made_again(
-    kube_server: Callable[..., KubeServer], tmp_path: Path
+    kube_server: Callable[..., kb.KubeBackend],
 ) -> None:
     kube = kube_server()
-    admin, namespace = kube.admin, kube.namespace
+    admin, namespace = kube.kube.cluster.admin, kube.namespace()
     # A first job made the user's namespace (and the service remembers it made it).
-    kube.submit(tmp_path, "first")
-    assert kube.wait_job("first", lambda j: j["state"] in ENDED, "end")["state"] == "SUCCEEDED"
+    kube.submit("first")
+    assert ended(kube, "first")["state"] == "SUCCEEDED"
     old = hold_finalizer(admin, namespace, held=True)
     admin.call("DELETE", f"/api/v1/namespaces/{namespace}")
     try:
         assert admin.get(f"/api/v1/namespaces/{namespace}")["status"]["phase"] == "Terminating"
-        kube.submit(tmp_path, "second")
+        kube.submit("second")
         why = f"the namespace {namespace} is being deleted; the job starts once it is gone and made again"
-        job = kube.wait_job("second", lambda j: j["reason"] == why or j["state"] != "PENDING", "reason")
+        job = kb.wait(
+            lambda: ((j := kube.job("second"))["reason"] == why or j["state"] != "PENDING") and j,
+            "its reason",
+        )
         assert (job["state"], job["reason"]) == ("PENDING", why), job
         waiting = [e for e in job["events"] if e["reason"] == "WaitingForResources"]
         assert [e["message"] for e in waiting] == [why], job["events"]
     finally:
         hold_finalizer(admin, namespace, held=False)
-    job = kube.wait_job("second", lambda j: j["state"] in ENDED, "end")
+    job = ended(kube, "second")
     assert (job["state"], job["reason"]) == ("SUCCEEDED", "every trainer exited 0"), job
     made = admin.get(f"/api/v1/namespaces/{namespace}")
     assert made["metadata"]["uid"] != old["metadata"]["uid"]
     assert made["metadata"]["labels"][MANAGED_BY] == MANAGER
-    kube.wait_nothing_left("second")
+    nothing_left(kube, "second")
