@@ -5,7 +5,6 @@ the chart gives it, never a copy of services/jobs/kube/rbac.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -150,21 +149,7 @@ def install_rights(
     path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
     token = admin.create(path, request)["status"]["token"]
-    kubeconfig = home / f"{namespace}.kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {"server": cluster.server, "certificate-authority": str(cluster.pki.ca_cert)},
-            }
-        ],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [
-            {"name": "local", "context": {"cluster": "local", "user": account, "namespace": namespace}}
-        ],
-        "current-context": "local",
-    }
-    kubeconfig.write_text(json.dumps(config, indent=2))
+    kubeconfig = cluster.write_kubeconfig(
+        home / f"{namespace}.kubeconfig", account, {"token": token}, namespace
+    )
     return ChartRights(cluster, namespace, account, rights, kubeconfig)

@@ -148,11 +148,12 @@ class Cluster:
         return kube_version()
 
     # -- identities ------------------------------------------------------------------
-    def identity(self, name: str, user: str, groups: Sequence[str] = ()) -> Identity:
-        """A client certificate for `user` in `groups`, and a kubeconfig for it."""
-        subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
-        cert, key = self.pki.issue(name, subject)
-        kubeconfig = self.root / f"{name}.kubeconfig"
+    def write_kubeconfig(
+        self, path: Path, user: str, credentials: dict[str, str], namespace: str = ""
+    ) -> Path:
+        """A kubeconfig at `path` for this API server and its CA, as `user` with
+        `credentials` (a client certificate and key, or a token), in `namespace` if given."""
+        context = {"cluster": "local", "user": user} | ({"namespace": namespace} if namespace else {})
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -162,11 +163,20 @@ class Cluster:
                     "cluster": {"server": self.server, "certificate-authority": str(self.pki.ca_cert)},
                 }
             ],
-            "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": "local", "context": context}],
             "current-context": "local",
         }
-        kubeconfig.write_text(json.dumps(config, indent=2))
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    def identity(self, name: str, user: str, groups: Sequence[str] = ()) -> Identity:
+        """A client certificate for `user` in `groups`, and a kubeconfig for it."""
+        subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
+        cert, key = self.pki.issue(name, subject)
+        kubeconfig = self.write_kubeconfig(
+            self.root / f"{name}.kubeconfig", user, {"client-certificate": str(cert), "client-key": str(key)}
+        )
         return Identity(cert, key, kubeconfig)
 
     def client(self, identity: Identity) -> KubeClient:
