@@ -138,8 +138,14 @@ async def test_a_client_that_hangs_up_mid_body_is_logged_as_such(service: Servic
                 found.append(json.loads(line))
         return found
 
+    def ended(logged: list[dict[str, object]]) -> bool:
+        # Each hang-up is logged, then its request's end: wait for both, not the first.
+        disconnects = sum(e.get("event") == "client_disconnected" for e in logged)
+        finishes = sum(e.get("event") == "request_finished" and e.get("method") == "POST" for e in logged)
+        return disconnects >= 3 and finishes >= 3
+
     for _ in range(int(DEADLINE / 0.1)):
-        if sum(e.get("event") == "client_disconnected" for e in events()) >= 3:
+        if ended(events()):
             break
         await asyncio.sleep(0.1)
     logged = events()
