@@ -174,6 +174,42 @@ class DatacenterVolume(_Section):
         return self
 
 
+class LeaderElection(_Section):
+    """One acting jobs service among replicas: a coordination.k8s.io/v1 Lease
+    (docs/kubernetes.md, "One leader"). The timings are client-go's, and mean the same."""
+
+    # Off by default outside the chart (one process, nothing to elect); the chart turns it on.
+    enabled: bool = False
+    # The Lease's namespace: the release's (the chart sets it). Unset: the namespace of
+    # the pod the service runs in (its service account's), needed when it runs outside one.
+    namespace: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    lease_name: str = Field(
+        "paddlecloud-jobs-leader", pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253
+    )
+    # How long a follower waits, after it last saw the Lease change, before taking it.
+    lease_seconds: int = Field(15, ge=1)
+    # How long the leader keeps trying to renew before it gives up and exits.
+    renew_seconds: float = Field(10.0, gt=0)
+    # How often the leader renews, and a follower tries to take the Lease.
+    retry_seconds: float = Field(2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElection:
+        # client-go's checks: a leader gives up before a follower may take over, and
+        # gets more than one try (with jitter) before it does.
+        if not self.renew_seconds < self.lease_seconds:
+            raise ValueError(
+                f"renew_seconds ({self.renew_seconds:g}) must be less than "
+                f"lease_seconds ({self.lease_seconds})"
+            )
+        if not self.retry_seconds * 1.2 < self.renew_seconds:
+            raise ValueError(
+                f"retry_seconds ({self.retry_seconds:g}) must be less than renew_seconds / 1.2 "
+                f"({self.renew_seconds / 1.2:g})"
+            )
+        return self
+
+
 def _kubeconfig_path(cls: Any, value: str | None) -> str | None:
     """A kubeconfig setting: unset, "in-cluster", or a file that exists."""
     if value is None or value == "in-cluster":
@@ -244,6 +280,8 @@ class KubernetesSection(_Section):
     max_evictions: int = Field(3, ge=0)
     # Largest part of one container's log kept after its pod goes (the end is kept).
     kept_log_bytes: int = Field(8 * 2**20, gt=0)
+    # Which of several jobs service replicas acts on the cluster.
+    leader_election: LeaderElection = LeaderElection()
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> KubernetesSection:

@@ -62,6 +62,18 @@ def test_unknown_env_key_is_named() -> None:
         ("gateway:\n  default_quota: {gpu: -1}\n", "gateway.default_quota.gpu"),
         ("gateway:\n  default_quota: {jobs: yes}\n", "gateway.default_quota.jobs: expected a whole number"),
         ("gateway:\n  default_quota: {disk: 1Gi}\n", "gateway.default_quota.disk"),
+        (
+            "jobs:\n  kubernetes:\n    leader_election: {lease_seconds: 5, renew_seconds: 5}\n",
+            "jobs.kubernetes.leader_election: renew_seconds",
+        ),
+        (
+            "jobs:\n  kubernetes:\n    leader_election: {renew_seconds: 2, retry_seconds: 2}\n",
+            "jobs.kubernetes.leader_election: retry_seconds",
+        ),
+        (
+            "jobs:\n  kubernetes:\n    leader_election: {namespace: Kube_System}\n",
+            "leader_election.namespace",
+        ),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
