@@ -66,6 +66,7 @@ RESOURCES: dict[str, Resource] = {
     "StatefulSet": Resource("apis/apps/v1", "statefulsets"),
     "Job": Resource("apis/batch/v1", "jobs"),
     "NetworkPolicy": Resource("apis/networking.k8s.io/v1", "networkpolicies"),
+    "Lease": Resource("apis/coordination.k8s.io/v1", "leases"),
 }
 
 

@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
+from paddlecloud.common.keys import READINESS_CHECKS
 from paddlecloud.common.store import Store
 from paddlecloud.common.volume import open_volume
 from paddlecloud.common.web import create_base_app, use_store
 
 from .api import add_routes
-from .backends import create_backend
+from .backend import Backend
+from .backends import create_backend, create_election
 from .errors import PROBLEMS
 from .keys import MANAGER
+from .leadership import LEADERSHIP, Leadership, leader_gate, readiness
 from .manager import JobManager
 from .reconcile import reconciling
 
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
     """The jobs service. `store` is opened and closed by the caller when given."""
-    app = create_base_app(config, "jobs", problems=PROBLEMS)
+    app = create_base_app(config, "jobs", problems=PROBLEMS, extra_middlewares=[leader_gate])
+    leadership = Leadership()
+    app[LEADERSHIP] = leadership
+    app[READINESS_CHECKS].append(readiness(leadership))
     add_routes(app)
     app.cleanup_ctx.append(_resources(config, store))
     return app
@@ -34,16 +42,34 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             # The jobs service reads PFS directly: packages to check and run, usage for quota.
             root = open_volume(config)
             backend = create_backend(config, root, store)
-            await backend.open()
             builder, pfs = BuilderClient(config), PfsClient(config)
             manager = JobManager(config, store, backend, root, builder, pfs)
             app[MANAGER] = manager
+            leadership = app[LEADERSHIP]
             try:
-                async with reconciling(manager):
-                    yield
+                elect = create_election(config)
+                if elect is not None:
+                    # Serving at once (probes, 503s); acting once this replica is elected.
+                    async with elect(leadership, functools.partial(_acting, backend, manager)):
+                        yield
+                else:
+                    async with _acting(backend, manager):
+                        leadership.acting = True
+                        yield
             finally:
                 await builder.close()
                 await pfs.close()
-                await backend.close()
 
     return ctx
+
+
+@contextlib.asynccontextmanager
+async def _acting(backend: Backend, manager: JobManager) -> AsyncIterator[None]:
+    """What the acting service does for the block's duration: the backend open (its
+    watches), the jobs the store calls active re-attached, the reconcile loop running."""
+    await backend.open()
+    try:
+        async with reconciling(manager):
+            yield
+    finally:
+        await backend.close()

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
 from paddlecloud.common.config import Config
 from paddlecloud.common.store import Store
 from paddlecloud.common.volume import Root
 
 from .backend import Backend
+from .leadership import Leadership
+
+# Who acts among replicas: given this replica's Leadership and what acting means (an async
+# context manager factory), a context for the service's life in which it acts once elected.
+Election = Callable[
+    [Leadership, Callable[[], AbstractAsyncContextManager[None]]], AbstractAsyncContextManager[None]
+]
 
 
 def create_backend(config: Config, root: Root, store: Store) -> Backend:
@@ -20,3 +30,20 @@ def create_backend(config: Config, root: Root, store: Store) -> Backend:
 
         return KubernetesBackend(config, store)
     raise ValueError(f"jobs.backend: unknown backend {config.jobs.backend!r}")
+
+
+def create_election(config: Config) -> Election | None:
+    """How replicas elect the one that acts, or None where one process acts alone: the
+    kubernetes backend with `jobs.kubernetes.leader_election.enabled` (a Lease)."""
+    if config.jobs.backend != "kubernetes" or not config.jobs.kubernetes.leader_election.enabled:
+        return None
+    from .kube.leader import campaign
+
+    settings = config.jobs.kubernetes
+
+    def elect(
+        leadership: Leadership, acting: Callable[[], AbstractAsyncContextManager[None]]
+    ) -> AbstractAsyncContextManager[None]:
+        return campaign(settings, leadership, acting)
+
+    return elect
