@@ -40,6 +40,9 @@ def expected() -> dict[Path, str]:
         + yaml.safe_dump(rbac.policy_rules(mode), sort_keys=False)
         for mode in ("per-user", "shared")
     }
+    # The Lease's Role (one leader); the chart puts the Lease's name for rbac.LEASE_NAME.
+    leader = yaml.safe_dump(rbac.leader_rules(), sort_keys=False)
+    files[RBAC_DIR / "jobs-leader.yaml"] = HEADER.format(source="services/jobs/kube/rbac.py") + leader
     rules = builder_rules()
     if rules is not None:
         files[RBAC_DIR / "builder-kaniko.yaml"] = HEADER.format(

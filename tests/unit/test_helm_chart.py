@@ -169,7 +169,7 @@ def test_a_changed_config_rolls_the_pods() -> None:
         (["gatway.replicas=2"], "additional properties 'gatway' not allowed"),
         (["storage.claimname=x"], "additional properties 'claimname' not allowed"),
         (["gateway.replicas=0"], "/gateway/replicas"),
-        (["jobs.replicas=2"], "/jobs/replicas"),
+        (["jobs.replicas=2", "jobs.kubernetes.leaderElection.enabled=false"], "/jobs/replicas"),
         (["store.type=sqlite", "store.sqlite.existingClaim=db", "pfs.replicas=2"], "/pfs/replicas"),
         (["store.type=sqlite", "store.sqlite.existingClaim=db"], "/gateway/replicas"),  # 2 by default
         (["storage.kind=nfs"], "/storage/kind"),
@@ -301,6 +301,7 @@ def test_the_chart_rbac_files_are_the_codes() -> None:
 
 
 def rules_and_subjects(objects: tuple[dict[str, Any], ...], kind: str) -> tuple[list[Any], list[Any]]:
+    objects = tuple(o for o in objects if not o["metadata"]["name"].endswith("-jobs-leader"))  # its own test
     (role,) = find(objects, kind)
     (binding,) = find(objects, f"{kind}Binding")
     assert binding["roleRef"] == {
@@ -318,7 +319,8 @@ def test_per_user_mode_binds_the_codes_rules_cluster_wide() -> None:
     assert subjects == [
         {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-jobs", "namespace": NAMESPACE}
     ]
-    assert not find(objects, "Role")
+    # The one Role is the Lease's (test_two_jobs_replicas_elect_one_leader_...).
+    assert [r["metadata"]["name"] for r in find(objects, "Role")] == [f"{RELEASE}-paddlecloud-jobs-leader"]
 
 
 def test_shared_mode_has_only_a_role_in_the_jobs_namespace() -> None:
@@ -383,3 +385,29 @@ def test_network_policies() -> None:
     assert callers("mongodb") == ["builder", "gateway", "jobs", "pfs"]
     gateway = one(render("ingress-tls-values.yaml"), "NetworkPolicy", f"{RELEASE}-paddlecloud-gateway")
     assert gateway["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
+
+
+def test_two_jobs_replicas_elect_one_leader_by_a_lease_only_they_may_renew(tmp_path: Path) -> None:
+    objects = render(None, "jobs.replicas=2")
+    deployment = one(objects, "Deployment", f"{RELEASE}-paddlecloud-jobs")
+    assert deployment["spec"]["replicas"] == 2
+    # A follower is never Ready: a rolling update would wait for ever on a new pod.
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    # No budget for jobs: it would count the follower disrupted and block evicting the leader.
+    assert not find(objects, "PodDisruptionBudget", f"{RELEASE}-paddlecloud-jobs")
+    path = tmp_path / "paddlecloud.yaml"
+    path.write_text(config_text(objects))
+    election = load_config(path, env={}).jobs.kubernetes.leader_election
+    assert election.enabled and election.namespace == NAMESPACE
+    role = one(objects, "Role", f"{RELEASE}-paddlecloud-jobs-leader")
+    assert role["rules"] == rbac.leader_rules(election.lease_name)
+    binding = one(objects, "RoleBinding", f"{RELEASE}-paddlecloud-jobs-leader")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-jobs", "namespace": NAMESPACE}
+    ]
+    assert not find(
+        render(None, "jobs.kubernetes.leaderElection.enabled=false"), "Role", role["metadata"]["name"]
+    )

@@ -18,6 +18,11 @@
 {{- end -}}
 {{- end -}}
 
+{{- /* The jobs service's Lease (leader election), in the release's namespace. */ -}}
+{{- define "paddlecloud.leaseName" -}}
+{{- printf "%s-jobs-leader" (include "paddlecloud.fullname" .) -}}
+{{- end -}}
+
 {{- define "paddlecloud.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ include "paddlecloud.name" . }}

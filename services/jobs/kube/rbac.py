@@ -165,3 +165,44 @@ def role(mode: Mode, name: str, namespace: str | None = None) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace, "labels": {names.MANAGED_BY: names.MANAGER}},
         "rules": policy_rules(mode),
     }
+
+
+# -- One leader (docs/kubernetes.md): the Lease the jobs replicas elect the acting one by,
+# in the release's namespace. A Role of its own there (files/rbac/jobs-leader.yaml), in
+# both modes; the chart puts the Lease's name where LEASE_NAME stands.
+
+LEASE_NAME = "LEASE_NAME"
+
+
+@dataclass(frozen=True)
+class LeasePermission:
+    """Verbs on leases; `named`: only on the one Lease (RBAC's resourceNames)."""
+
+    verbs: tuple[str, ...]
+    named: bool
+    why: str
+
+
+LEADER_PERMISSIONS: tuple[LeasePermission, ...] = (
+    LeasePermission(
+        ("create",),
+        False,
+        "the Lease, made by the first replica that starts (RBAC cannot limit create by name)",
+    ),
+    LeasePermission(
+        ("get", "update", "patch"),
+        True,
+        "the Lease alone: read by every replica, renewed by its holder, taken over by a follower",
+    ),
+)
+
+
+def leader_rules(lease: str = LEASE_NAME) -> list[dict[str, Any]]:
+    """The rules of the jobs service's Role for its Lease named `lease`."""
+    rules: list[dict[str, Any]] = []
+    for p in LEADER_PERMISSIONS:
+        rule: dict[str, Any] = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}
+        if p.named:
+            rule["resourceNames"] = [lease]
+        rules.append({**rule, "verbs": list(p.verbs)})
+    return rules
