@@ -103,6 +103,7 @@ class LeaseElector:
         self._observed_at = 0.0  # our monotonic clock when `_observed` was first seen
         self.holder: str | None = None  # who holds the Lease, as last read
         self.error: str | None = None  # why the last try failed, when the API refused it
+        self.held = False  # whether this replica ever held the Lease
 
     async def acquire(self) -> None:
         """Return once this replica holds the Lease, trying every `retry_seconds` (jittered)."""
@@ -121,13 +122,16 @@ class LeaseElector:
                 if left <= 0:
                     why = f": {self.error}" if self.error else ""
                     return f"the Lease was not renewed for {self._settings.renew_seconds:g} s{why}"
+                began = loop.time()
                 try:
                     held = await asyncio.wait_for(self.try_acquire_or_renew(), left)
                 except TimeoutError:
                     held = False
                     self.error = "the API server did not answer in time"
                 if held:
-                    renewed = loop.time()
+                    # From before the call: the renew counts from no later than it happened,
+                    # so this replica gives up no later than a follower may take over.
+                    renewed = began
                     break
                 if self.holder not in (None, "", self.identity):
                     return f"{self.holder} holds the Lease now"
@@ -136,16 +140,17 @@ class LeaseElector:
     async def try_acquire_or_renew(self) -> bool:
         """One try: True if this replica holds the Lease after it."""
         now = datetime.now(UTC)
-        monotonic = asyncio.get_running_loop().time()
         try:
             lease = await self._kube.get("Lease", self.namespace, self.name)
             if lease is None:
                 await self._kube.create(self._manifest(now, None))
-                self.holder, self.error = self.identity, None
+                self.holder, self.error, self.held = self.identity, None, True
                 return True
         except KubeError as exc:
             self.error = str(exc)
             return False
+        # When we saw it (after the read): a follower's wait starts no earlier than the renew.
+        monotonic = asyncio.get_running_loop().time()
         record = _record(lease)
         if record != self._observed:
             self._observed, self._observed_at = record, monotonic
@@ -161,7 +166,7 @@ class LeaseElector:
             self.error = str(exc)
             return False
         self._observed, self._observed_at = _record(updated), monotonic
-        self.holder, self.error = self.identity, None
+        self.holder, self.error, self.held = self.identity, None, True
         return True
 
     def _manifest(self, now: datetime, current: dict[str, Any] | None) -> dict[str, Any]:
@@ -186,6 +191,8 @@ class LeaseElector:
     async def release(self) -> None:
         """Give the Lease up (an empty holder), if this replica still holds it: a follower
         takes it at its next try. Best effort: a leader that cannot is waited out."""
+        if not self.held:
+            return
         try:
             lease = await self._kube.get("Lease", self.namespace, self.name)
             spec = (lease or {}).get("spec") or {}
@@ -268,5 +275,6 @@ async def campaign(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         leadership.acting = False
-        await elector.release()
+        with contextlib.suppress(TimeoutError):  # an API server that is away is not waited for
+            await asyncio.wait_for(elector.release(), election.renew_seconds)
         await kube.close()
