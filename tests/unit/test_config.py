@@ -130,3 +130,17 @@ def test_a_default_quota_for_new_users_from_the_file_or_the_environment(tmp_path
     env = {"PADDLECLOUD_GATEWAY_DEFAULT_QUOTA": "{gpu: 1, storage: 100Gi}"}
     quota = load_config(None, env=env).gateway.default_quota
     assert (quota.gpu, quota.storage, quota.cpu) == (1, "100Gi", None)
+
+
+def test_the_lease_is_in_the_named_namespace_or_the_pods_and_outside_a_pod_one_must_be_named(
+    tmp_path,
+) -> None:
+    from paddlecloud.common.config import LeaderElection
+    from paddlecloud.jobs.kube.leader import lease_namespace
+
+    absent, mounted = tmp_path / "absent", tmp_path / "namespace"
+    mounted.write_text("paddlecloud\n")
+    assert lease_namespace(LeaderElection(namespace="ops"), absent) == "ops"
+    assert lease_namespace(LeaderElection(), mounted) == "paddlecloud"
+    with pytest.raises(ConfigError, match=r"jobs\.kubernetes\.leader_election\.namespace: not set"):
+        lease_namespace(LeaderElection(), absent)
