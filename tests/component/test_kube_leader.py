@@ -1,7 +1,8 @@
 """Two jobs services over one store on the real control plane, with the chart's rights and
 a short Lease: one leader acts, the follower refuses and creates nothing, a SIGKILLed
-leader is replaced within the lease and its running job ends right with no object made
-twice, and a leader that cannot renew exits, saying so (docs/kubernetes.md, "One leader")."""
+leader is replaced within the lease, its running job ends right and the job it had only
+recorded is made, with no object made twice, and a leader that cannot renew exits,
+saying so (docs/kubernetes.md, "One leader")."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from kube_real import PodScript
 from kube_real.chart import ChartRights, install_rights
 from kube_real.faults import FaultProxy
 from kube_real.fixtures import RealKube
+from paddlecloud.common.store import Job, open_store
+from paddlecloud.common.store.models import PENDING
 from paddlecloud.jobs.kube.names import LABEL_JOB, LABEL_ROLE, namespace_for
 from support import ServiceProcess, signed, write_config
 
@@ -45,34 +48,50 @@ def lease_of(rights: ChartRights) -> str:
 
 
 class Added:
-    """Every ADDED event of a job's objects in one namespace, from now on, as the admin
-    watches them on the real API server (one thread per kind)."""
+    """Every ADDED event of the objects of `jobs` in one namespace, from now on, as an admin
+    watches them on the real API server (a thread per kind): (kind, job) pairs."""
 
-    def __init__(self, real_kube: RealKube, namespace: str, job: str) -> None:
+    def __init__(self, real_kube: RealKube, namespace: str, jobs: tuple[str, ...]) -> None:
         cluster = real_kube.cluster
         # A client of its own, whose close() ends these watches and nothing else.
         self._client = cluster.user("leader-test-watcher", ["system:masters"])
         self.seen: list[tuple[str, str]] = []
         self._threads = []
+        query = {"labelSelector": f"{LABEL_JOB} in ({','.join(jobs)})"}
         for kind, path in WATCHED.items():
             version = cluster.admin.get(path)["metadata"]["resourceVersion"]
             thread = threading.Thread(
-                target=self._watch, args=(kind, path, version, namespace, job), daemon=True
+                target=self._watch, args=(kind, path, version, namespace, query), daemon=True
             )
             thread.start()
             self._threads.append(thread)
 
-    def _watch(self, kind: str, path: str, version: str, namespace: str, job: str) -> None:
-        query = {"labelSelector": f"{LABEL_JOB}={job}"}
+    def _watch(self, kind: str, path: str, version: str, namespace: str, query: dict[str, str]) -> None:
         for event in self._client.watch(path, resource_version=version, query=query, timeout=300):
             meta = event["object"]["metadata"]
             if event["type"] == "ADDED" and meta.get("namespace") == namespace:
-                self.seen.append((kind, meta["name"]))
+                self.seen.append((kind, meta["labels"][LABEL_JOB]))
 
     def close(self) -> None:
         self._client.close()
         for thread in self._threads:
             thread.join(timeout=10)
+
+
+async def record_unstarted(tmp_path: Path, like: str, name: str) -> None:
+    """A job recorded PENDING and never created, as a leader that died between its submit's
+    answer and its start leaves one (the spec of `like`, renamed)."""
+    store = open_store(f"sqlite:///{tmp_path}/store.db")
+    await store.open()
+    try:
+        model = await store.get_job("alice", like)
+        assert model is not None
+        spec = model.spec | {"name": name}
+        await store.create_job(
+            Job(id=secrets.token_hex(16), owner="alice", name=name, state=PENDING, spec=spec)
+        )
+    finally:
+        await store.close()
 
 
 async def ready(service: ServiceProcess) -> int:
@@ -164,7 +183,7 @@ async def test_one_leader_acts_and_a_follower_takes_over_a_running_job_without_m
             status, _ = await call(first, "GET", "/api/v1/jobs/handover")
             assert status == 404  # the refused submit recorded nothing
 
-            added = Added(real_kube, namespace, "handover")
+            added = Added(real_kube, namespace, ("handover", "recorded"))
             with real_kube.scripted(script):
                 status, body = await call(first, "POST", "/api/v1/jobs", json=spec)
                 assert status == 201, body
@@ -178,6 +197,7 @@ async def test_one_leader_acts_and_a_follower_takes_over_a_running_job_without_m
                 assert first.process is not None
                 os.kill(first.process.pid, signal.SIGKILL)
                 first.process.wait()
+                await record_unstarted(tmp_path, "handover", "recorded")
                 await until_ready(second, "the second service to take over")
                 held = real_kube.cluster.admin.get(
                     f"/apis/coordination.k8s.io/v1/namespaces/{rights.namespace}/leases/{lease}"
@@ -185,12 +205,15 @@ async def test_one_leader_acts_and_a_follower_takes_over_a_running_job_without_m
                 assert held["spec"]["holderIdentity"] != "" and held["spec"]["leaseTransitions"] >= 1, held
                 release.set()
                 job = await wait_for(second, "handover", {"SUCCEEDED", "FAILED", "KILLED"})
+                recorded = await wait_for(second, "recorded", {"SUCCEEDED", "FAILED", "KILLED"})
             assert job["state"] == "SUCCEEDED", job
+            assert recorded["state"] == "SUCCEEDED", recorded
             added.close()
-            kinds = sorted(kind for kind, _ in added.seen)
-            # The owner ConfigMap, the trainers' Job and the parameter servers' StatefulSet,
-            # each made once: the new leader adopted what the old one made.
-            assert kinds == ["ConfigMap", "Job", "StatefulSet"], added.seen
+            # Each job's owner ConfigMap, trainers' Job and parameter servers' StatefulSet,
+            # each made once: the new leader adopted what the old one made, and made what
+            # the old one had only recorded.
+            made = sorted(added.seen)
+            assert made == sorted((kind, job) for kind in WATCHED for job in ("handover", "recorded")), made
 
             # A leader that cannot renew its Lease stops at once: it exits non-zero, in words.
             first.start()
