@@ -1,0 +1,167 @@
+"""`logs -f` of a many-worker job on a cluster: the API bytes one follower reads per second.
+
+On the real control plane of the tests (tests/kube_real: etcd, kube-apiserver, the
+controllers, the scheduler, a simulated kubelet serving `pods/log`), TRAINERS running
+pods with LOG_MIB MiB of log each, every one printing LINES_PER_SECOND more lines while
+it is measured. Two followers, one after the other, each for SECONDS, through the same API
+client (services/common/kube.py) against the same kubelet, which counts the bytes it served:
+
+- before: the strategy of the jobs service until issue 31, kept here as the baseline: every
+  0.5 s, each worker's whole log read again (its cursor was a line number);
+- after: the service's (services/jobs/kube/logs.py): each worker read once from the
+  reader's position, then one `follow=true` stream per worker from there.
+
+The figure is the steady state: bytes served from one second after the follower started
+to SECONDS later, per second, so the first whole read (the same for both) is left out.
+Run it with `python -m bench kubelogs` (the control plane must be built: `make
+kube-control-plane`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import kube_real
+import kube_real.cluster
+import kube_real.logs
+from kube_real.kubelet import PodScript
+from paddlecloud.common.config import KubernetesSection
+from paddlecloud.common.kube import Kube
+from paddlecloud.jobs.kube import logs as kubelogs
+from paddlecloud.jobs.kube.names import COMPLETION_INDEX, LABEL_ROLE
+from paddlecloud.jobs.kube.pods import attempts_of
+
+from . import aim
+
+TRAINERS = 64
+LOG_MIB = 2
+LINE = 200  # characters a line, its newline included
+LINES_PER_SECOND = 10  # each worker's, while measured
+SECONDS = 5.0
+WARM = 1.0
+POLL = 0.5  # the jobs service's LOG_POLL_SECONDS
+NAMESPACE = "bench-logs"
+AIM_RATIO = 100.0  # the old strategy reads at least this many times the bytes
+
+
+def _pod(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"bench-trainer-{index}",
+            "labels": {LABEL_ROLE: "trainer"},
+            "annotations": {COMPLETION_INDEX: str(index)},
+        },
+        "spec": {"containers": [{"name": "trainer", "image": "bench"}], "restartPolicy": "Never"},
+    }
+
+
+def _writer(store: kube_real.logs.LogStore, keys: list[tuple[str, str, str]], stop: threading.Event) -> None:
+    """Every worker prints LINES_PER_SECOND lines a second until `stop`."""
+    n = 0
+    while not stop.wait(1 / LINES_PER_SECOND):
+        for key in keys:
+            store.print(key, f"live {n} ".ljust(LINE - 1, "y"))
+        n += 1
+
+
+async def _before(kube: Kube, attempts: list[Any], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        for a in attempts:
+            await kube.log(a.namespace, a.pod, a.container)
+        await asyncio.sleep(POLL)
+
+
+async def _after(kube: Kube, sources: kubelogs.Sources, stop: asyncio.Event) -> None:
+    async def look() -> kubelogs.Sources:
+        return sources
+
+    async def emit(worker: str, batch: list[Any]) -> None:
+        pass
+
+    tasks = []
+    for worker in sources.live:
+        reader = kubelogs.WorkerLog(kube, worker, None)
+        await reader.read(sources)
+        tasks.append(asyncio.create_task(kubelogs.follow_worker(reader, look, emit, POLL)))
+    await stop.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _measure(store: Any, follow: Any) -> float:
+    stop = asyncio.Event()
+    task = asyncio.create_task(follow(stop))
+    await asyncio.sleep(WARM)
+    served = store.served
+    await asyncio.sleep(SECONDS)
+    rate = (store.served - served) / SECONDS
+    stop.set()
+    await task
+    return rate
+
+
+async def _run(cluster: kube_real.Cluster, kubelet: kube_real.SimulatedKubelet) -> tuple[float, float]:
+    admin = cluster.admin
+    admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    admin.wait_for(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", lambda _: True, name="default")
+    lines = tuple(f"step {i} ".ljust(LINE - 1, "x") for i in range(LOG_MIB * 2**20 // LINE))
+    kubelet.script = lambda pod: PodScript(lines=lines, run_forever=True)
+    for i in range(TRAINERS):
+        admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", _pod(i))
+    pods: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 120
+    while len(pods) < TRAINERS:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(pods)} of {TRAINERS} pods run after 120 s")
+        time.sleep(0.5)
+        listing = admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        pods = [p for p in listing if (p.get("status") or {}).get("phase") == "Running"]
+    live = attempts_of(pods)
+    keys = [(NAMESPACE, p["metadata"]["name"], "trainer") for p in pods]
+    stop = threading.Event()
+    threading.Thread(target=_writer, args=(kubelet.logs, keys, stop), daemon=True).start()
+    kube = await Kube.connect(KubernetesSection(kubeconfig=str(cluster.admin_kubeconfig)))
+    try:
+        attempts = [a for items in live.values() for a in items]
+        before = await _measure(kubelet.logs, lambda s: _before(kube, attempts, s))
+        after = await _measure(kubelet.logs, lambda s: _after(kube, kubelogs.Sources(False, {}, live), s))
+    finally:
+        stop.set()
+        await kube.close()
+    return before, after
+
+
+def main() -> None:
+    bins = kube_real.cluster.bin_dir()
+    if not (bins / "kube-apiserver").exists():
+        print(f"  skipped: the control plane is not built in {bins} (make kube-control-plane)")
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-kubelogs-") as root:
+        cluster = kube_real.start(Path(root), bins)
+        kubelet = cluster.kubelet("sim-0")
+        try:
+            kubelet.start()
+            before, after = asyncio.run(_run(cluster, kubelet))
+        finally:
+            kubelet.stop()
+            cluster.stop()
+    written = TRAINERS * LINES_PER_SECOND * LINE
+    print(
+        f"one follower of {TRAINERS} trainers with {LOG_MIB} MiB of log each, "
+        f"writing {written / 1024:.0f} KiB/s together; API bytes read per second:"
+    )
+    asked = TRAINERS * LOG_MIB / POLL
+    print(f"  {'before (whole logs every 0.5 s)':40}{before / 2**20:>12.1f} MiB/s")
+    print(f"  {'  (it asks for ' + f'{asked:.0f} MiB/s; the kubelet serves what it can)':40}")
+    print(f"  {'after (a stream per worker)':40}{after / 2**20:>12.3f} MiB/s")
+    ratio = before / max(after, 1.0)
+    print(f"  {'before / after':40}{ratio:>12.0f}x")
+    aim(f"the old strategy reads >= {AIM_RATIO:g}x the bytes", f"{ratio:.0f}x", ratio >= AIM_RATIO)
