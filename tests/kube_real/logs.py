@@ -114,31 +114,29 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
         sent = 0
-        try:
-            while True:
-                with store.changed:
-                    while not (len(found.lines) > start or found.done or store.closed or not follow):
-                        store.changed.wait()
-                    batch, start = found.lines[start:], len(found.lines)
-                    ended = found.done or store.closed or not follow
-                for stamp, text in batch:
-                    if since is not None and _parse(stamp) < since:
-                        continue  # the kubelet skips lines older than `since`
-                    data = (f"{stamp} {text}\n" if timestamps else f"{text}\n").encode()
-                    if limit is not None:
-                        data = data[: max(0, limit - sent)]
-                    try:
-                        self.wfile.write(data)
-                        self.wfile.flush()
-                    except OSError:
-                        return  # the reader went away
-                    sent += len(data)
-                    if limit is not None and sent >= limit:
-                        return
-                if ended and not batch:
+        while True:
+            with store.changed:
+                while not (len(found.lines) > start or found.done or store.closed or not follow):
+                    store.changed.wait()
+                batch, start = found.lines[start:], len(found.lines)
+                ended = found.done or store.closed or not follow
+            for stamp, text in batch:
+                if since is not None and _parse(stamp) < since:
+                    continue  # the kubelet skips lines older than `since`
+                data = (f"{stamp} {text}\n" if timestamps else f"{text}\n").encode()
+                if limit is not None:
+                    data = data[: max(0, limit - sent)]
+                try:
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                except OSError:
+                    return  # the reader went away
+                sent += len(data)
+                store.count(len(data))  # as written: a follow still open counts too
+                if limit is not None and sent >= limit:
                     return
-        finally:
-            store.count(sent)
+            if ended and not batch:
+                return
 
 
 def nano_stamp() -> str:
