@@ -383,16 +383,20 @@ class Kube:
         *,
         skip: int = 0,
         since_time: str | None = None,
+        tail: int | None = None,
         timestamps: bool = False,
     ) -> AsyncIterator[bytes]:
         """A container's log as it is written (`follow`), in chunks, from byte `skip` on,
         until the container ends or the stream breaks (KubeError). A log is append-only
         while its container runs and is not rotated, so a follower that lost the stream
         resumes by reading again with `skip` set to what it already has (a build's), or
-        from `since_time` with `timestamps` (a job's: survives the kubelet's rotation)."""
+        from `since_time` with `timestamps` (a job's: survives the kubelet's rotation);
+        `tail`: from the last so many lines on."""
         query = {"container": container, "follow": "true"}
         if since_time is not None:
             query["sinceTime"] = since_time
+        if tail is not None:
+            query["tailLines"] = str(tail)
         if timestamps:
             query["timestamps"] = "true"
         path = RESOURCES["Pod"].path(namespace, pod, "log")

@@ -685,7 +685,8 @@ class KubernetesBackend(Backend):
         # `-n N`: each worker's last N lines (none for 0); all of them when resuming.
         tail = query.tail if query.cursor is None else None
         for worker in wanted:
-            batch = await readers[worker].read(sources, tail)
+            # A follower's running attempts come through their streams (kubelogs.WorkerLog.read).
+            batch = await readers[worker].read(sources, tail, to_stream=query.follow)
             if batch:
                 yield _log_lines(worker, batch, positions)
         if sources.final or not query.follow:

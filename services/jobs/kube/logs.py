@@ -139,6 +139,10 @@ class _Run:
         return out
 
 
+def _runs(attempt: Attempt | None) -> bool:
+    return attempt is not None and attempt.running
+
+
 def after(rows: Iterable[Row], key: str, position: Position | None) -> list[tuple[Row, Position]]:
     """The rows of attempt `key`, as read from its start or from the `sinceTime` of
     `position`, that come after `position`, each with the position after it."""
@@ -174,6 +178,8 @@ class WorkerLog:
     kube: Kube
     worker: str
     position: Position | None
+    # `-n N` of a follower: its running attempt's stream starts at its last N lines.
+    tail: int | None = None
     done: set[str] = field(default_factory=set)  # attempts read to their end
 
     def _pending(self, sources: Sources) -> list[tuple[str, Attempt | None]]:
@@ -185,23 +191,49 @@ class WorkerLog:
     def finished(self, sources: Sources) -> bool:
         return sources.final and not self._pending(sources)
 
-    async def read(self, sources: Sources, tail: int | None = None) -> list[tuple[str, Position]]:
-        """Every new line now, without waiting; `tail`: only the last so many."""
+    async def read(
+        self, sources: Sources, tail: int | None = None, *, to_stream: bool = False
+    ) -> list[tuple[str, Position]]:
+        """Every new line now, without waiting; `tail`: only the last so many. `to_stream`:
+        up to the running attempt, whose lines its stream brings (from the position, or
+        its last `tail` lines): reading it first would have the stream send again the
+        lines of the position's second (sinceTime is in whole seconds)."""
+        if to_stream and self._streams_first(sources, tail):
+            self.tail = tail
+            for key, attempt in self._pending(sources):
+                if _runs(attempt):
+                    break
+                self.done.add(key)  # `-n` shows the running attempt's last lines only
+            return []
         out: list[tuple[str, Position]] = []
         for key, attempt in self._pending(sources):
+            if to_stream and _runs(attempt) and not sources.final:
+                break
             rows, ended = await self._read_attempt(key, attempt, sources, tail)
-            run = _Run(key, self.position)
-            by_number = self.position is not None and self.position.key == key and self.position.stamp is None
-            for row, self.position in run.new(rows):
-                out.append((row.text, self.position))
-            if by_number and run.last is not None and run.last.stamp is not None:
-                self.position = run.last  # the same place, now by stamp: streams start there
+            out += self._take(key, rows)
             if not ended:
                 break  # a later attempt's lines come after this one's
             self.done.add(key)
             if self.position is None or self.position.key < key:
                 self.position = Position(key, None, 0)
         return out[-tail:] if tail else ([] if tail == 0 else out)
+
+    def _take(self, key: str, rows: list[Row]) -> list[tuple[str, Position]]:
+        """The rows after the position, which moves past them."""
+        run = _Run(key, self.position)
+        by_number = self.position is not None and self.position.key == key and self.position.stamp is None
+        out = []
+        for row, self.position in run.new(rows):
+            out.append((row.text, self.position))
+        if by_number and run.last is not None and run.last.stamp is not None:
+            self.position = run.last  # the same place, now by stamp: streams start there
+        return out
+
+    def _streams_first(self, sources: Sources, tail: int | None) -> bool:
+        """With `-n`, a follower whose worker runs reads only its running attempt's last
+        lines (its stream's), not earlier attempts'."""
+        running = any(_runs(a) for _, a in self._pending(sources))
+        return tail is not None and running and not sources.final
 
     def streamable(self, sources: Sources) -> Attempt | None:
         """The running attempt to follow next, once every earlier one was read."""
@@ -218,12 +250,14 @@ class WorkerLog:
         if self.position is not None and self.position.key == attempt.key and since is None:
             return  # placed by line number (an old cursor): read() places it first
         run = _Run(attempt.key, self.position)
+        tail, self.tail = self.tail, None
         rest = b""
         async for chunk in self.kube.follow_log(
             attempt.namespace,
             attempt.pod,
             attempt.container,
             since_time=since_time(since) if since else None,
+            tail=tail if since is None else None,
             timestamps=True,
         ):
             lines = (rest + chunk).split(b"\n")
