@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = ("gateway", "pfs", "jobs", "builder", "cli")
+BENCHMARKS = ("gateway", "pfs", "jobs", "builder", "cli", "kubelogs")
 
 
 def main() -> int:

@@ -348,8 +348,12 @@ class Kube:
         previous: bool = False,
         tail: int | None = None,
         limit_bytes: int | None = None,
+        since_time: str | None = None,
+        timestamps: bool = False,
     ) -> str:
-        """A container's log, whole (or its last `tail` lines / `limit_bytes`)."""
+        """A container's log, whole (or its last `tail` lines / `limit_bytes`; from
+        `since_time` on, an RFC 3339 time in whole seconds; each line after its kubelet
+        timestamp with `timestamps`)."""
         query: dict[str, Any] = {"container": container}
         if previous:
             query["previous"] = "true"
@@ -357,6 +361,10 @@ class Kube:
             query["tailLines"] = tail
         if limit_bytes is not None:
             query["limitBytes"] = limit_bytes
+        if since_time is not None:
+            query["sinceTime"] = since_time
+        if timestamps:
+            query["timestamps"] = "true"
         path = RESOURCES["Pod"].path(namespace, pod, "log")
         response = await self._call("GET", path, query=query)
         raw = await _read(response, f"log of {pod}")
@@ -369,13 +377,29 @@ class Kube:
         return raw.decode("utf-8", "replace")
 
     async def follow_log(
-        self, namespace: str, pod: str, container: str, *, skip: int = 0
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        skip: int = 0,
+        since_time: str | None = None,
+        tail: int | None = None,
+        timestamps: bool = False,
     ) -> AsyncIterator[bytes]:
         """A container's log as it is written (`follow`), in chunks, from byte `skip` on,
         until the container ends or the stream breaks (KubeError). A log is append-only
-        while its container runs, so a follower that lost the stream resumes exactly by
-        reading again with `skip` set to what it already has."""
+        while its container runs and is not rotated, so a follower that lost the stream
+        resumes by reading again with `skip` set to what it already has (a build's), or
+        from `since_time` with `timestamps` (a job's: survives the kubelet's rotation);
+        `tail`: from the last so many lines on."""
         query = {"container": container, "follow": "true"}
+        if since_time is not None:
+            query["sinceTime"] = since_time
+        if tail is not None:
+            query["tailLines"] = str(tail)
+        if timestamps:
+            query["timestamps"] = "true"
         path = RESOURCES["Pod"].path(namespace, pod, "log")
         # No read timeout: a build may print nothing for minutes (a large wheel downloading).
         timeout = aiohttp.ClientTimeout(connect=self._timeout, sock_read=None)

@@ -8,7 +8,10 @@ Every test gets names of its own on the shared cluster: the chart's rights in a 
 
 from __future__ import annotations
 
+import queue
 import secrets
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,6 +97,20 @@ def wait(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+def lines_of(process: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """A process's stdout lines as they come, None at its end."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True, name="follow-stdout").start()
+    return lines
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
@@ -289,20 +288,6 @@ def test_dry_run_prints_every_object_as_yaml_and_nothing_is_created(backend: Kub
     assert admin.request("GET", f"/api/v1/namespaces/{k.namespace()}").status == 404
 
 
-def _lines_of(process: subprocess.Popen[str]) -> queue.Queue[str | None]:
-    """A process's stdout lines as they come, None at its end."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True, name="follow-stdout").start()
-    return lines
-
-
 def test_submit_follow_streams_live_logs_then_kept_ones_to_the_end(backend: KubeBackend) -> None:
     k = backend
     release = threading.Event()
@@ -320,7 +305,7 @@ def test_submit_follow_streams_live_logs_then_kept_ones_to_the_end(backend: Kube
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            lines = _lines_of(follower)
+            lines = kb.lines_of(follower)
             out: list[str] = []
             # Live: both trainers' first lines arrive while their pods still run.
             while not all(f"[trainer-{t}] step 2" in out for t in (0, 1)):

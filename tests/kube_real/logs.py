@@ -2,13 +2,20 @@
 `GET .../pods/<name>/log` to `https://<node InternalIP>:<kubeletEndpoint>/containerLogs/
 <namespace>/<pod>/<container>`, authenticating with its kubelet client certificate and
 checking ours against the cluster's CA (`--kubelet-certificate-authority`), as with a
-real node. Serves `follow`, `timestamps`, `tailLines` and `limitBytes`."""
+real node. Serves `follow`, `timestamps`, `sinceTime`, `sinceSeconds`, `tailLines` and
+`limitBytes` as the kubelet's kuberuntime/logs does: `tailLines` picks the start, lines
+stamped before the `since` time are skipped, `limitBytes` cuts the answer, `timestamps`
+prefixes each line with its RFC3339Nano time. `LogStore.rotate` rotates a container's log
+as `containerLogMaxSize` does: a read from then on serves only the new file, while a
+follow already open goes on into it (the kubelet reopens the file it follows). The bytes
+served are counted (`LogStore.served`) for the bench."""
 
 from __future__ import annotations
 
 import datetime
 import ssl
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,8 +26,10 @@ from pathlib import Path
 class ContainerLog:
     """What one container printed, with the time of each line, and whether it ended."""
 
-    lines: list[tuple[str, str]] = field(default_factory=list)  # (RFC 3339 time, text)
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (RFC3339Nano time, text)
     done: bool = False
+    # The index in `lines` of the current log file's first line (0 until rotated).
+    current: int = 0
 
 
 class LogStore:
@@ -30,17 +39,31 @@ class LogStore:
         self._logs: dict[tuple[str, str, str], ContainerLog] = {}
         self.changed = threading.Condition()
         self.closed = False
+        self.served = 0  # bytes of logs served, every request together
+        self._served_lock = threading.Lock()
 
     def open(self, key: tuple[str, str, str]) -> None:
         with self.changed:
             self._logs[key] = ContainerLog()
             self.changed.notify_all()
 
-    def print(self, key: tuple[str, str, str], text: str) -> None:
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    def print(self, key: tuple[str, str, str], text: str, stamp: str | None = None) -> None:
+        """A line, stamped now (or `stamp`: lines may share one, as fast writers' do)."""
         with self.changed:
-            self._logs.setdefault(key, ContainerLog()).lines.append((stamp, text))
+            self._logs.setdefault(key, ContainerLog()).lines.append((stamp or nano_stamp(), text))
             self.changed.notify_all()
+
+    def rotate(self, key: tuple[str, str, str]) -> None:
+        """The log file is rotated: what was written so far is in an older file, which
+        `pods/log` no longer serves."""
+        with self.changed:
+            found = self._logs[key]
+            found.current = len(found.lines)
+            self.changed.notify_all()
+
+    def count(self, sent: int) -> None:
+        with self._served_lock:
+            self.served += sent
 
     def finish(self, key: tuple[str, str, str]) -> None:
         with self.changed:
@@ -78,8 +101,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         follow = query.get("follow") == "true"
         timestamps = query.get("timestamps") == "true"
-        limit = int(query["limitBytes"]) if "limitBytes" in query else None
-        start = max(0, len(found.lines) - int(query["tailLines"])) if "tailLines" in query else 0
+        try:
+            limit = int(query["limitBytes"]) if "limitBytes" in query else None
+            since = _since(query)
+            tail = int(query["tailLines"]) if "tailLines" in query else None
+        except ValueError as exc:
+            self.send_error(400, str(exc))
+            return
+        with store.changed:
+            start = found.current if tail is None else max(found.current, len(found.lines) - tail)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.end_headers()
@@ -91,6 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
                 batch, start = found.lines[start:], len(found.lines)
                 ended = found.done or store.closed or not follow
             for stamp, text in batch:
+                if since is not None and _parse(stamp) < since:
+                    continue  # the kubelet skips lines older than `since`
                 data = (f"{stamp} {text}\n" if timestamps else f"{text}\n").encode()
                 if limit is not None:
                     data = data[: max(0, limit - sent)]
@@ -100,10 +132,38 @@ class _Handler(BaseHTTPRequestHandler):
                 except OSError:
                     return  # the reader went away
                 sent += len(data)
+                store.count(len(data))  # as written: a follow still open counts too
                 if limit is not None and sent >= limit:
                     return
             if ended and not batch:
                 return
+
+
+def nano_stamp() -> str:
+    """Now as the kubelet writes a line's time: RFC3339Nano, trailing zeros dropped."""
+    ns = time.time_ns()
+    whole = datetime.datetime.fromtimestamp(ns // 10**9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    fraction = f"{ns % 10**9:09d}".rstrip("0")
+    return f"{whole}.{fraction}Z" if fraction else f"{whole}Z"
+
+
+def _parse(stamp: str) -> tuple[datetime.datetime, int]:
+    """A stamp as (its whole second, its nanoseconds), which order as the times do."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    second = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+    return second, int(fraction.ljust(9, "0")) if fraction else 0
+
+
+def _since(query: dict[str, str]) -> tuple[datetime.datetime, int] | None:
+    """The later of `sinceSeconds` and `sinceTime`, as the kubelet's NewLogOptions takes it."""
+    since = None
+    if "sinceSeconds" in query:
+        when = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=int(query["sinceSeconds"]))
+        since = (when.replace(microsecond=0), when.microsecond * 1000)
+    if "sinceTime" in query:
+        asked = _parse(query["sinceTime"])
+        since = asked if since is None or asked > since else since
+    return since
 
 
 class LogServer(ThreadingHTTPServer):

@@ -20,8 +20,9 @@
 - Logs: a container's log is kept whole in the store when it terminates (and, for a
   restarted parameter server, its previous attempt's), so a finished job's logs and an
   earlier attempt's stay readable after the pods go. A reader merges the kept attempts
-  with the live ones; its cursor names the attempt and the line, so a follower resumes
-  across the switch from live to kept.
+  with the live ones, positioned by the kubelet's timestamps (logs.py), so a follower
+  resumes across the switch from live to kept and across the kubelet's log rotation; a
+  follower streams each running attempt (`follow=true`) rather than reading it again.
 
 docs/kubernetes.md describes the objects and the states in words.
 """
@@ -44,7 +45,6 @@ from typing import Any
 import structlog
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.errors import BadCursor
 from paddlecloud.common.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unavailable
 from paddlecloud.common.quantity import parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Job, KeptLog, Quota, Store
@@ -67,6 +67,7 @@ from ..backend import (
 from ..exits import WORKER_STOPPED
 from ..records import JobRecord
 from ..spec import JobSpec
+from . import logs as kubelogs
 from . import manifests
 from .cache import Informer
 from .judge import Observed, Recorded, Refusal, Rules, exit_words, iso, judge
@@ -605,21 +606,11 @@ class KubernetesBackend(Backend):
         kept = self._kept.setdefault(job_id, {})
         if kept.get((attempt.worker, attempt.key)):
             return
+        # With the kubelet's timestamps: readers are positioned by them (kubelogs.py).
         text = await self.kube.log(
-            attempt.namespace,
-            attempt.pod,
-            attempt.container,
-            previous=attempt.previous,
-            limit_bytes=None,
+            attempt.namespace, attempt.pod, attempt.container, previous=attempt.previous, timestamps=True
         )
-        limit = self._settings.kept_log_bytes
-        if len(text) > limit:
-            cut = text[-limit:]
-            dropped = len(text) - limit
-            text = (
-                f"[... {dropped} earlier characters of this attempt were not kept ...]\n"
-                + cut[cut.find("\n") + 1 :]
-            )
+        text = kubelogs.kept_text(text, self._settings.kept_log_bytes)
         await self._store.keep_log(KeptLog(job_id, attempt.worker, attempt.key, text))
         kept[(attempt.worker, attempt.key)] = attempt.terminated is not None
 
@@ -682,68 +673,74 @@ class KubernetesBackend(Backend):
         return self._logs(job, query)
 
     async def _logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
+        """Each asked-for worker's lines after the reader's position (kubelogs.py): what there
+        is now, worker by worker; then, following, each worker's running attempt streamed
+        as it is written, until the job's end."""
         names = [w.name for w in planned_workers(job.spec)]
         wanted = [n for n in names if _asked_for(n, query)]
-        position = _decode_position(query.cursor, names) if query.cursor else {}
-        first = True
-        while True:
-            final = await self._final(job)  # decided before reading: nothing after it is missed
-            kept = {(k.worker, k.attempt): k.text for k in await self._store.list_kept_logs(job.id)}
-            _, _, pods = self._objects(job)
-            live = attempts_of(pods)
-            for worker in wanted:
-                batch = await self._read_worker(worker, kept, live.get(worker, []), position, final)
-                batch = _tail(batch, query) if first else batch
-                if batch:
-                    yield batch
-            first = False
-            if final or not query.follow:
-                return
-            await asyncio.sleep(LOG_POLL_SECONDS)
+        positions = kubelogs.decode(query.cursor, names) if query.cursor else {}
+        readers = {w: kubelogs.WorkerLog(self.kube, w, positions.get(w)) for w in wanted}
+        look = _Looker(functools.partial(self._log_sources, job), LOG_POLL_SECONDS)
+        sources = await look()
+        # `-n N`: each worker's last N lines (none for 0); all of them when resuming.
+        tail = query.tail if query.cursor is None else None
+        for worker in wanted:
+            # A follower's running attempts come through their streams (kubelogs.WorkerLog.read).
+            batch = await readers[worker].read(sources, tail, to_stream=query.follow)
+            if batch:
+                yield _log_lines(worker, batch, positions)
+        if sources.final or not query.follow:
+            return
+        async for lines in self._follow_logs(job, readers, look, positions):
+            yield lines
+
+    async def _follow_logs(
+        self,
+        job: JobRecord,
+        readers: dict[str, kubelogs.WorkerLog],
+        look: _Looker,
+        positions: dict[str, kubelogs.Position],
+    ) -> AsyncGenerator[list[LogLine], None]:
+        """Every reader followed in a task of its own to the job's end, their lines as they come."""
+        # Bounded, so a slow reader holds the streams back rather than filling memory.
+        queue: asyncio.Queue[tuple[str, list[tuple[str, kubelogs.Position]] | BaseException | None]]
+        queue = asyncio.Queue(maxsize=64)
+
+        async def emit(worker: str, batch: list[tuple[str, kubelogs.Position]]) -> None:
+            await queue.put((worker, batch))
+
+        async def follow(worker: str) -> None:
+            try:
+                await kubelogs.follow_worker(readers[worker], look, emit, LOG_POLL_SECONDS)
+                await queue.put((worker, None))
+            except Exception as exc:  # raised by the reader, below
+                await queue.put((worker, exc))
+
+        tasks = [asyncio.create_task(follow(w), name=f"kube-logs-{job.name}-{w}") for w in readers]
+        try:
+            running = len(tasks)
+            while running:
+                worker, item = await queue.get()
+                if item is None:
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield _log_lines(worker, item, positions)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _log_sources(self, job: JobRecord) -> kubelogs.Sources:
+        final = await self._final(job)  # decided before reading: nothing after it is missed
+        kept = {(k.worker, k.attempt): k.text for k in await self._store.list_kept_logs(job.id)}
+        _, _, pods = self._objects(job)
+        return kubelogs.Sources(final, kept, attempts_of(pods))
 
     async def _final(self, job: JobRecord) -> bool:
         current = await self._store.get_job_by_id(job.id)
         return current is None or (current.state in TERMINAL_STATES and job.id not in self._finishing)
-
-    async def _read_worker(
-        self,
-        worker: str,
-        kept: dict[tuple[str, str], str],
-        live: list[Attempt],
-        position: dict[str, tuple[str, int]],
-        final: bool,
-    ) -> list[LogLine]:
-        """The worker's lines after its position, attempt by attempt: kept text where the
-        attempt was kept, the pod's log where it is still live."""
-        attempts: dict[str, Attempt | None] = {key: None for (w, key) in kept if w == worker}
-        attempts.update({a.key: a for a in live})
-        done_key, done_lines = position.get(worker, ("", 0))
-        lines: list[LogLine] = []
-        for key in sorted(k for k in attempts if k >= done_key):
-            attempt = attempts[key]
-            ended = attempt is None or attempt.terminated is not None or final
-            rows = _whole_lines(await self._attempt_text(worker, key, attempt, kept), ended)
-            skip = done_lines if key == done_key else 0
-            for number, row in enumerate(rows[skip:], start=skip + 1):
-                position[worker] = (key, number)
-                lines.append(LogLine(worker, row, _encode_position(position)))
-            if key != done_key and not rows:
-                position[worker] = (key, 0)
-        return lines
-
-    async def _attempt_text(
-        self, worker: str, key: str, attempt: Attempt | None, kept: dict[tuple[str, str], str]
-    ) -> str:
-        """An attempt's log: the kept copy once it was kept and is not running, else the
-        pod's (the kept copy again when the API server will not give it)."""
-        if attempt is None or (not attempt.running and (worker, key) in kept):
-            return kept.get((worker, key), "")
-        try:
-            return await self.kube.log(
-                attempt.namespace, attempt.pod, attempt.container, previous=attempt.previous
-            )
-        except KubeError:
-            return kept.get((worker, key), "")
 
     # -- stop and remove ---------------------------------------------------------------
 
@@ -834,23 +831,33 @@ def _asked_for(worker: str, query: LogQuery) -> bool:
     return (not query.workers or worker in query.workers) and (not query.roles or role in query.roles)
 
 
-def _tail(batch: list[LogLine], query: LogQuery) -> list[LogLine]:
-    """A worker's first batch as `-n N` asks: its last N lines (none for 0); all of them
-    without `-n`, or when the reader resumes from a cursor."""
-    if query.tail is None or query.cursor is not None:
-        return batch
-    return batch[-query.tail :] if query.tail else []
+def _log_lines(
+    worker: str, batch: list[tuple[str, kubelogs.Position]], positions: dict[str, kubelogs.Position]
+) -> list[LogLine]:
+    """A worker's lines, each with the cursor of every worker's position after it."""
+    lines = []
+    for text, position in batch:
+        positions[worker] = position
+        lines.append(LogLine(worker, text, kubelogs.encode(positions)))
+    return lines
 
 
-def _whole_lines(text: str, ended: bool) -> list[str]:
-    """A log's lines; while its container runs, the last line without its newline is left
-    for next time, when it comes whole."""
-    rows = text.split("\n")
-    if rows and rows[-1] == "":
-        rows.pop()
-    elif rows and not ended:
-        rows.pop()
-    return rows
+class _Looker:
+    """What a job's log readers see (kubelogs.Sources), read at most once per `period`
+    for all of them: one store query and one cache read per poll, not one per worker."""
+
+    def __init__(self, read: Callable[[], Coroutine[Any, Any, kubelogs.Sources]], period: float) -> None:
+        self._read, self._period = read, period
+        self._lock = asyncio.Lock()
+        self._value: kubelogs.Sources | None = None
+        self._at = 0.0
+
+    async def __call__(self) -> kubelogs.Sources:
+        async with self._lock:
+            if self._value is None or time.monotonic() - self._at >= self._period:
+                self._value = await self._read()
+                self._at = time.monotonic()
+            return self._value
 
 
 # Cursors --------------------------------------------------------------------------------
@@ -867,8 +874,8 @@ def _stopped_events(spec: JobSpec, reported: set[str], when: str) -> list[Observ
     return events
 
 
-# Events: the set of what was reported, as sorted tags. Logs: per worker, the attempt and
-# the line last sent. Both are opaque to clients: base64url JSON.
+# Events: the set of what was reported, as sorted tags, opaque to clients: base64url JSON.
+# Logs' cursors are kubelogs.py's.
 
 
 def _b64(data: Any) -> str:
@@ -890,21 +897,3 @@ def _decode_reported(cursor: str | None) -> set[str]:
         return {str(t) for t in _unb64(cursor[1:])}
     except (ValueError, binascii.Error, TypeError):
         return set()
-
-
-def _encode_position(position: dict[str, tuple[str, int]]) -> str:
-    return "p" + _b64({w: [k, n] for w, (k, n) in sorted(position.items())})
-
-
-def _decode_position(cursor: str, names: list[str]) -> dict[str, tuple[str, int]]:
-    try:
-        if not cursor.startswith("p"):
-            raise ValueError
-        data = _unb64(cursor[1:])
-        return {
-            str(w): (str(k), int(n))
-            for w, (k, n) in data.items()
-            if w in names and isinstance(k, str) and isinstance(n, int) and n >= 0
-        }
-    except (ValueError, binascii.Error, TypeError, AttributeError) as exc:
-        raise BadCursor("this cursor was not handed out for this job's logs") from exc
