@@ -9,8 +9,12 @@ read with the real CLI (`paddlecloud -o json get job NAME`).
 - a hostPath PFS volume in a namespace that enforces PodSecurity `restricted`: the Job
   controller's FailedCreate event reaches the job's reason, and the job FAILS;
 - a user's namespace held Terminating: the job waits PENDING, saying why, and starts once
-  the namespace is gone and made again.
-(The fourth, an invalid Job spec, needs the manifests mutated in-process:
+  the namespace is gone and made again;
+- in an operator's shared namespace: pods refused while its ServiceAccount is missing (the
+  job waits, and runs once it is made), refused by a LimitRange's maximum (the job FAILS),
+  and a PFS volume that does not mount (simulated kubelet: the job waits), each in the
+  words of the Warning Event that told it.
+(Another, an invalid Job spec, needs the manifests mutated in-process:
 tests/component/test_submit_refusals.py.)
 """
 
