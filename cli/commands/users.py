@@ -186,7 +186,14 @@ def register(tree: CommandTree) -> None:
             "  printf '%s\\n' \"$PASSWORD\" | paddlecloud users create dave --password-stdin\n"
         ),
     )
-    create.add_argument("name", metavar="NAME", help="the new user's name")
+    create.add_argument(
+        "name",
+        metavar="NAME",
+        help=(
+            "the new user's name: 1 to 32 lowercase letters, digits and '-' (it names their PFS "
+            "home and Kubernetes namespace; for an e-mail address, use its local part)"
+        ),
+    )
     secret = create.add_mutually_exclusive_group()
     add_flag(secret, "password", metavar="P", help="the password (visible to other local users in ps)")
     add_flag(secret, "password-stdin", action="store_true", help="read the password from stdin's first line")

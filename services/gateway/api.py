@@ -29,7 +29,7 @@ from paddlecloud.common.quantity import (
     parse_cpu_milli,
 )
 from paddlecloud.common.store import AlreadyExists, Quota, User
-from paddlecloud.common.store.models import USER_NAME
+from paddlecloud.common.store.models import USER_NAME, USER_NAME_RULE, user_name_problem
 from paddlecloud.common.web import json_response, parse_body, query_problem
 
 from . import session as browser
@@ -58,11 +58,19 @@ class TokenRequest(_Body):
 
 
 class UserCreate(_Body):
-    name: Annotated[str, StringConstraints(pattern=USER_NAME.pattern)] = Field(
-        description="lowercase letters, digits and '-', starting and ending with a letter or digit"
-    )
+    name: str = Field(description=USER_NAME_RULE, json_schema_extra={"pattern": USER_NAME.pattern})
     password: Annotated[str, StringConstraints(min_length=MIN_PASSWORD_LENGTH, max_length=1024)]
     admin: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        # In words, not pydantic's "String should match pattern ...": an e-mail address
+        # (an SSO login) is the likely mistake, and the answer names what to use instead.
+        problem = user_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class PasswordChange(_Body):

@@ -9,22 +9,26 @@ read with the real CLI (`paddlecloud -o json get job NAME`).
 - a hostPath PFS volume in a namespace that enforces PodSecurity `restricted`: the Job
   controller's FailedCreate event reaches the job's reason, and the job FAILS;
 - a user's namespace held Terminating: the job waits PENDING, saying why, and starts once
-  the namespace is gone and made again.
-(The fourth, an invalid Job spec, needs the manifests mutated in-process:
+  the namespace is gone and made again;
+- in an operator's shared namespace: pods refused while its ServiceAccount is missing (the
+  job waits, and runs once it is made), refused by a LimitRange's maximum (the job FAILS),
+  and a PFS volume that does not mount (simulated kubelet: the job waits), each in the
+  words of the Warning Event that told it.
+(Another, an invalid Job spec, needs the manifests mutated in-process:
 tests/component/test_submit_refusals.py.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import kube_backend_support as kb
 import pytest
 
-from kube_real import KubeClient
+from kube_real import KubeClient, PodScript
 from kube_real.fixtures import RealKube
 from paddlecloud.jobs.kube.names import MANAGED_BY, MANAGER
 
@@ -172,3 +176,102 @@ def test_a_job_waits_while_its_namespace_terminates_then_starts_in_it_made_again
     assert made["metadata"]["uid"] != old["metadata"]["uid"]
     assert made["metadata"]["labels"][MANAGED_BY] == MANAGER
     nothing_left(kube, "second")
+
+
+@contextmanager
+def without_default_account(admin: KubeClient, namespace: str) -> Iterator[None]:
+    """The namespace's `default` ServiceAccount deleted, and kept from being made again
+    meanwhile: the ServiceAccount controller remakes it at once, so a ValidatingAdmissionPolicy
+    of the test's denies creating it there (the controller's tries are refused too). The
+    policy's binding is in force once a dry-run create is denied by it (policies are loaded
+    asynchronously); on leaving, the policy goes and the test makes the account itself."""
+    name = f"{namespace}-no-default-account"
+    policies = "/apis/admissionregistration.k8s.io/v1"
+    rule = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["serviceaccounts"],
+    }
+    admin.create(
+        f"{policies}/validatingadmissionpolicies",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [rule]},
+                "validations": [{"expression": "object.metadata.name != 'default'", "message": name}],
+            },
+        },
+    )
+    admin.create(
+        f"{policies}/validatingadmissionpolicybindings",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        },
+    )
+    accounts = f"/api/v1/namespaces/{namespace}/serviceaccounts"
+    try:
+        kb.wait(
+            lambda: (
+                name in str(admin.request("POST", accounts, DEFAULT_ACCOUNT, query={"dryRun": "All"}).body)
+            ),
+            "the test's policy in force",
+        )
+        admin.call("DELETE", f"{accounts}/default")
+        yield
+    finally:
+        admin.request("DELETE", f"{policies}/validatingadmissionpolicybindings/{name}")
+        admin.request("DELETE", f"{policies}/validatingadmissionpolicies/{name}")
+    # The controller's next try may come later than the test wants; a 409 says it came first.
+    kb.wait(lambda: admin.request("POST", accounts, DEFAULT_ACCOUNT).status in (201, 409), "the account made")
+
+
+DEFAULT_ACCOUNT = {"metadata": {"name": "default"}}
+
+
+def test_refusals_of_pods_and_volumes_reach_the_reason_in_words(
+    kube_server: Callable[..., kb.KubeBackend], real_kube: RealKube
+) -> None:
+    """In the operator's shared namespace: pods refused while its ServiceAccount is missing
+    (the job waits, and runs once it is made), refused by a LimitRange's maximum (the job
+    FAILS: its pods never fit), and a volume that does not mount (the job waits)."""
+    kube = kube_server(shared_labels={})
+    admin, namespace = kube.kube.cluster.admin, kube.namespace()
+    with without_default_account(admin, namespace):
+        kube.submit("noaccount")
+        why = "its pods wait for the namespace's ServiceAccount to be made: "
+        job = kb.wait(lambda: (j := kube.job("noaccount"))["reason"].startswith(why) and j, "the reason")
+        assert job["state"] == "PENDING", job
+        missing = f'error looking up service account {namespace}/default: serviceaccount "default" not found'
+        assert missing in job["reason"], job
+    job = ended(kube, "noaccount")
+    assert (job["state"], job["reason"]) == ("SUCCEEDED", "every trainer exited 0"), job
+
+    limits = {
+        "metadata": {"name": "small"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]},
+    }
+    admin.create(f"/api/v1/namespaces/{namespace}/limitranges", limits)
+    kube.submit("toobig")  # a trainer asks for 1 cpu
+    job = ended(kube, "toobig")
+    assert job["state"] == "FAILED", job
+    assert job["reason"].startswith("the namespace's LimitRange refuses its pods: "), job
+    assert "maximum cpu usage per Container is 500m, but limit is 1" in job["reason"], job
+    nothing_left(kube, "toobig")
+    admin.call("DELETE", f"/api/v1/namespaces/{namespace}/limitranges/small")
+
+    error = "mount failed: exit status 32: mount error(13): Permission denied"
+    with real_kube.scripted(kb.script(trainer=lambda _: PodScript(mount_error=error))):
+        kube.submit("nomount")
+        why = 'a volume of its pods does not mount: MountVolume.SetUp failed for volume "pfs" : '
+        job = kb.wait(lambda: (j := kube.job("nomount"))["reason"].startswith(why) and j, "the reason")
+    assert job["state"] == "PENDING", job
+    assert job["reason"].startswith(f"{why}{error} (pod nomount-trainer-0-"), job

@@ -61,3 +61,20 @@ def test_an_admins_submit_of_another_users_package_is_refused_and_leaves_no_job(
     server.cli("cp", str(tmp_path / "train.py"), "pfs:pkg/train.py")
     dry = server.cli("-o", "json", "submit", "--dry-run", "--name", "borrowed", "pfs:pkg")
     assert json.loads(dry.stdout)["job"]["name"] == "borrowed"
+
+
+def test_an_e_mail_address_is_refused_as_a_user_name_in_words(server: Server) -> None:
+    """A user name is a PFS home and a Kubernetes namespace as spelled: an e-mail address
+    (an SSO login) is refused, saying what to use instead, and no account is made."""
+    refused = server.cli("users", "create", "Alice.Smith@lab.example.org", "--password-stdin", check=False,
+                         stdin="alice-password\n")  # fmt: skip
+    assert refused.returncode == 1, refused
+    [line] = refused.stderr.strip().splitlines()
+    assert (
+        "'Alice.Smith@lab.example.org' is an e-mail address; a user name is 1 to 32 lowercase letters" in line
+    )
+    assert "use the address's local part (such as 'alice-smith')" in line, line
+    listed = json.loads(server.cli("-o", "json", "get", "users").stdout)["users"]
+    assert "Alice.Smith@lab.example.org" not in {u["name"] for u in listed}
+    # The local part, as suggested, is a user name.
+    server.cli("users", "create", "alice-smith", "--password-stdin", stdin="alice-password\n")

@@ -46,6 +46,11 @@ class PodScript:
     run_seconds: float = 0.0
     # The image is never pulled: waiting in ErrImagePull, then ImagePullBackOff.
     image_pull_error: bool = False
+    # The pod's first volume other than an emptyDir never mounts, with this error: the pod stays Pending, its
+    # containers waiting in ContainerCreating, and the kubelet's Warning Event FailedMount
+    # says `MountVolume.SetUp failed for volume "<volume>" : <mount_error>`, as the real
+    # one's volume manager words it (pkg/volume/util/operationexecutor).
+    mount_error: str | None = None
     # The node evicts the pod instead: Failed, reason Evicted, condition DisruptionTarget.
     evict: bool = False
     # Each container prints its environment first, `NAME=value` a line, resolved as a
@@ -331,6 +336,9 @@ class SimulatedKubelet:
     def _run(self, pod: Obj, script: PodScript) -> None:
         started = _now()
         base = {"hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "startTime": started}
+        if script.mount_error is not None:
+            self._mount_fails(pod, base, script.mount_error)
+            return
         if script.image_pull_error:
             for reason in ("ErrImagePull", "ImagePullBackOff"):
                 waiting = {
@@ -386,6 +394,46 @@ class SimulatedKubelet:
             timer.start()
             return
         self._terminate(pod, script.exit_code, script.reason, started, script.final_lines)
+
+    def _mount_fails(self, pod: Obj, base: Obj, error: str) -> None:
+        """The pod waits for a volume that does not mount, and the node says so in an Event."""
+        waiting = {"waiting": {"reason": "ContainerCreating"}}
+        conditions = [
+            {**c, "status": "False"} if c["type"] == "Initialized" else c
+            for c in self._conditions_for(pod, False)
+        ]
+        self._patch_status(
+            pod,
+            {**base, "phase": "Pending", "conditions": conditions,
+             "containerStatuses": self._container_statuses(pod, waiting, ready=False)},
+        )  # fmt: skip
+        meta = pod["metadata"]
+        # An emptyDir always mounts: the first other volume is the one that fails.
+        volumes = pod["spec"].get("volumes") or [{"name": "data"}]
+        volume = next((v for v in volumes if "emptyDir" not in v), volumes[0])["name"]
+        now = _now()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                "namespace": meta["namespace"], "uid": meta["uid"],
+            },
+            "reason": "FailedMount",
+            "message": f'MountVolume.SetUp failed for volume "{volume}" : {error}',
+            "type": "Warning",
+            "source": {"component": "kubelet", "host": self.node},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }  # fmt: skip
+        path = f"/api/v1/namespaces/{meta['namespace']}/events"
+        reply = self.client.request("POST", path, event)
+        if reply.status != 201:
+            raise ApiError("POST", path, reply)
 
     def _run_until(self, pod: Obj, script: PodScript, started: str) -> None:
         """The containers run until the script's event is set (and `run_seconds` passed)."""

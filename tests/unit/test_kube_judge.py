@@ -1,5 +1,5 @@
 """The kubernetes backend's verdict on a job, one row per case: what the watch cache
-holds (owner, the trainers' Indexed Job, pods, a quota refusal read from Events), what
+holds (owner, the trainers' Indexed Job, pods, the namespace's Warning Events), what
 the store recorded, and the state, reason and times the judge gives."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from paddlecloud.jobs.kube.judge import Observed, Recorded, Refusal, Rules, Verdict, judge
+from paddlecloud.jobs.kube.judge import Observed, Recorded, Rules, Verdict, judge
 from paddlecloud.jobs.kube.names import COMPLETION_INDEX, INDEX_FAILURES, LABEL_ROLE
 from paddlecloud.jobs.spec import JobSpec
 
@@ -32,7 +32,7 @@ def trainers(condition: str | None = None, **extra: Any) -> dict[str, Any]:
     ]
     return {
         "kind": "Job",
-        "metadata": {"name": "j-trainer", "namespace": "ns"},
+        "metadata": {"name": "j-trainer", "namespace": "ns", "uid": "uid-j-trainer"},
         "status": {"conditions": conditions if condition else []},
     }
 
@@ -67,7 +67,13 @@ def pod(
     container = {"name": role, "image": "paddle:1", "restartCount": restarts, "state": state or {}}
     if last is not None:
         container["lastState"] = last
-    meta = {"name": name, "namespace": "ns", "creationTimestamp": created, "labels": labels}
+    meta = {
+        "name": name,
+        "namespace": "ns",
+        "uid": f"uid-{name}",
+        "creationTimestamp": created,
+        "labels": labels,
+    }
     return {
         "metadata": {**meta, "annotations": annotations},
         "status": {"containerStatuses": [container] if state is not None else [], **status},
@@ -76,6 +82,31 @@ def pod(
 
 def waiting(reason: str, message: str) -> dict[str, Any]:
     return {"waiting": {"reason": reason, "message": message}}
+
+
+def warning(reason: str, about: str, message: str, when: str = "2026-11-27T11:50:00Z") -> dict[str, Any]:
+    """A Warning Event about the object whose name is `about` (its uid: `uid-<name>`)."""
+    involved = {"name": about, "namespace": "ns", "uid": f"uid-{about}"}
+    return {
+        "reason": reason,
+        "type": "Warning",
+        "message": message,
+        "lastTimestamp": when,
+        "involvedObject": involved,
+    }
+
+
+QUOTA = 'pods "j-trainer-0-x" is forbidden: exceeded quota: paddlecloud-quota, requested: cpu=1'
+PSA = 'pods "j-trainer-0-x" is forbidden: violates PodSecurity "restricted:latest": hostPath volumes'
+LIMITS = 'pods "j-trainer-0-x" is forbidden: maximum cpu usage per Container is 500m, but limit is 1'
+NO_ACCOUNT = (
+    'pods "j-trainer-0-x" is forbidden: error looking up service account ns/default: '
+    'serviceaccount "default" not found'
+)
+DENIED = (
+    "pods \"j-trainer-0-x\" is forbidden: ValidatingAdmissionPolicy 'gpu' with binding 'b' denied request"
+)
+MOUNT = 'MountVolume.SetUp failed for volume "pfs" : mount failed: exit status 32'
 
 
 def unscheduled(message: str) -> list[dict[str, Any]]:
@@ -137,17 +168,86 @@ CASES = [
     ),
     Case(
         "the quota refuses the pods: the Events are read",
-        Observed(
-            OWNER, trainers(), [], refusal=Refusal("the namespace's quota refuses its pods: exceeded quota")
-        ),
-        Verdict("PENDING", "the namespace's quota refuses its pods: exceeded quota", read_events=True),
+        Observed(OWNER, trainers(), [], warnings=(warning("FailedCreate", "j-trainer", QUOTA),)),
+        Verdict("PENDING", f"the namespace's quota refuses its pods: {QUOTA}", read_events=True),
     ),
     Case(
         "Pod Security refuses the pods: waiting would not change it",
+        Observed(OWNER, trainers(), [], warnings=(warning("FailedCreate", "j-trainer", PSA),)),
+        Verdict("FAILED", f"Kubernetes refuses its pods (Pod Security admission): {PSA}", None, NOW_TEXT),
+    ),
+    Case(
+        "a LimitRange's maximum refuses the parameter servers' pods: lasting",
         Observed(
-            OWNER, trainers(), [], refusal=Refusal("violates PodSecurity: hostPath volumes", lasting=True)
+            OWNER,
+            trainers(),
+            [],
+            {"metadata": {"uid": "uid-j-pserver"}},
+            (warning("FailedCreate", "j-pserver", LIMITS),),
         ),
-        Verdict("FAILED", "violates PodSecurity: hostPath volumes", None, NOW_TEXT),
+        Verdict("FAILED", f"the namespace's LimitRange refuses its pods: {LIMITS}", None, NOW_TEXT),
+        spec={"pservers": 1},
+    ),
+    Case(
+        "an admission policy denies the pods: lasting",
+        Observed(OWNER, trainers(), [], warnings=(warning("FailedCreate", "j-trainer", DENIED),)),
+        Verdict("FAILED", f"an admission policy refuses its pods: {DENIED}", None, NOW_TEXT),
+    ),
+    Case(
+        "the newest refusal tells: the ServiceAccount not made yet, after the quota's",
+        Observed(
+            OWNER,
+            trainers(),
+            [],
+            warnings=(
+                warning("FailedCreate", "j-trainer", NO_ACCOUNT, "2026-11-27T11:55:00Z"),
+                warning("FailedCreate", "j-trainer", QUOTA),
+            ),
+        ),
+        Verdict(
+            "PENDING",
+            f"its pods wait for the namespace's ServiceAccount to be made: {NO_ACCOUNT}",
+            read_events=True,
+        ),
+    ),
+    Case(
+        "a refusal of an earlier job's object of the same name (another uid) says nothing",
+        Observed(
+            OWNER,
+            trainers(),
+            [],
+            warnings=({**warning("FailedCreate", "j-trainer", PSA), "involvedObject": {"uid": "earlier"}},),
+        ),
+        Verdict("PENDING", "waiting for the trainers' pods to start", read_events=True),
+    ),
+    Case(
+        "a refusal from before the pods were made says nothing now",
+        Observed(
+            OWNER,
+            trainers(),
+            [pod("trainer", 0, {})],
+            warnings=(warning("FailedCreate", "j-trainer", QUOTA),),
+        ),
+        Verdict("PENDING", "waiting for the trainers' pods to start", read_events=True),
+    ),
+    Case(
+        "a volume that does not mount: the pod waits, and the job with it",
+        Observed(
+            OWNER,
+            trainers(),
+            [pod("trainer", 0, waiting("ContainerCreating", ""), phase="Pending")],
+            warnings=(warning("FailedMount", "j-trainer-0-0", MOUNT),),
+        ),
+        Verdict(
+            "PENDING", f"a volume of its pods does not mount: {MOUNT} (pod j-trainer-0-0)", read_events=True
+        ),
+    ),
+    Case(
+        "an unschedulable pod says why from its condition; no Event is read",
+        Observed(
+            OWNER, trainers(), [pod("trainer", 0, None, conditions=unscheduled("0/1 nodes are available"))]
+        ),
+        Verdict("PENDING", "cannot be scheduled: 0/1 nodes are available (pod j-trainer-0-0)"),
     ),
     Case(
         "fewer pods than asked, no refusal seen yet: the Events are read",

@@ -7,8 +7,27 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-# User names become PFS home directories and Kubernetes namespace suffixes.
+# User names become PFS home directories (`/pfs/<dc>/home/<name>`, typed in every job),
+# Kubernetes namespace names (`<prefix><name>`) and label values, as they are spelled: a
+# DNS label, so one name maps to one of each, readable, on both backends. An e-mail
+# address is not one (docs/api.md, `POST users`, says why and what to do instead).
 USER_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+USER_NAME_RULE = "1 to 32 lowercase letters, digits and '-', starting and ending with a letter or digit"
+
+
+def user_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a user's name, in words, or None when it can."""
+    if USER_NAME.match(name):
+        return None
+    shown = repr(name[:64])
+    if "@" in name:
+        local = re.sub(r"[^a-z0-9-]+", "-", name.split("@", 1)[0].lower()).strip("-")[:32].strip("-")
+        hint = f" (such as {local!r})" if local and USER_NAME.match(local) else ""
+        return (
+            f"{shown} is an e-mail address; a user name is {USER_NAME_RULE}, as it names the user's "
+            f"PFS home and Kubernetes namespace: use the address's local part{hint}"
+        )
+    return f"{shown} is not a user name: a user name is {USER_NAME_RULE}"
 
 
 def utcnow() -> datetime:

@@ -70,7 +70,7 @@ from ..spec import JobSpec
 from . import logs as kubelogs
 from . import manifests
 from .cache import Informer
-from .judge import Observed, Recorded, Refusal, Rules, exit_words, iso, judge
+from .judge import CREATE_FAILED, VOLUME_FAILED, Observed, Recorded, Rules, exit_words, iso, judge
 from .names import (
     ANNOTATION_USER,
     LABEL_JOB_ID,
@@ -91,7 +91,8 @@ KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
 NAMESPACE_TERMINATING = "NamespaceTerminating"
 # How RBAC's authorizer words a refusal (k8s.io/apiserver's forbiddenMessage).
 _RBAC_REFUSAL = re.compile(r'User ".*" cannot [a-z]+ resource "')
-# How often a stuck PENDING job's Kubernetes events are read for a refusal (quota, Pod Security).
+# How often a namespace's Warning Events are read, at most, while a job of it waits
+# (judge.refusal_in: quota, Pod Security, LimitRange, a missing ServiceAccount, a mount).
 EVENT_CHECK_SECONDS = 5.0
 LOG_POLL_SECONDS = 0.5
 # A log kept when its container ends is tried this many times, backing off, before it is
@@ -143,8 +144,9 @@ class KubernetesBackend(Backend):
         self._users: dict[str, str] = {}  # namespace → user, for the quota sync
         self._kept: dict[str, dict[tuple[str, str], bool]] = {}  # job id → (worker, attempt) → whole
         self._finishing: dict[str, asyncio.Task[None]] = {}  # job id → its final clean-up
-        # job id → (when its Events were read, the refusal of its pods they told)
-        self._refusals: dict[str, tuple[float, Refusal | None]] = {}
+        # namespace → (when its Warning Events were last asked for, those the judge reads):
+        # one list per namespace however many of its jobs wait, not one per job or object.
+        self._warnings: dict[str, tuple[float, tuple[dict[str, Any], ...]]] = {}
         # Tasks started as work arrives (a log to keep, Events to read, a clean-up): named,
         # a crash logged at once, cancelled by close().
         self._spawned = Spawned()
@@ -448,6 +450,10 @@ class KubernetesBackend(Backend):
             self._informers["Pod"].of_job(job.id),
         )
 
+    def _pservers(self, job: JobRecord) -> dict[str, Any] | None:
+        found = self._informers["StatefulSet"].of_job(job.id)
+        return found[0] if found else None
+
     async def observe(self, job: JobRecord, cursor: str | None) -> Observation:
         reported = _decode_reported(cursor)
         if job.id in self._stopped:
@@ -461,13 +467,13 @@ class KubernetesBackend(Backend):
         if owner is None and not await self._owner_gone(job):
             return Observation(job.state, job.reason, cursor=cursor)  # the watch has yet to show it
         spec = job.spec
-        observed = Observed(owner, trainers, pods, refusal=self._refusals.get(job.id, (0.0, None))[1])
+        namespace = job.backend.get("namespace") or self.namespace(job.owner)
+        warnings = self._warnings.get(namespace, (0.0, ()))[1]
+        observed = Observed(owner, trainers, pods, self._pservers(job), warnings)
         recorded = Recorded(job.state, job.reason, job.started_at.isoformat() if job.started_at else None)
         verdict = judge(spec, recorded, observed, self._rules, datetime.now(UTC))
-        if verdict.read_events and trainers is not None:
-            self._check_refusal(job, trainers)
-        else:
-            self._refusals.pop(job.id, None)
+        if verdict.read_events:
+            self._check_warnings(namespace)
         events = self._new_events(observed.attempts, reported)
         if verdict.state == SUCCEEDED:
             events += _stopped_events(spec, reported, verdict.finished_at or _now())
@@ -492,29 +498,25 @@ class KubernetesBackend(Backend):
             return False
         return owner is None or (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID) != job.id
 
-    def _check_refusal(self, job: JobRecord, trainers: dict[str, Any]) -> None:
-        """Read the trainers' Job's Events for a refusal of its pods, in the background, at most
-        every EVENT_CHECK_SECONDS while the job waits with fewer pods than it asks for."""
-        checked, message = self._refusals.get(job.id, (0.0, None))
+    def _check_warnings(self, namespace: str) -> None:
+        """Read the namespace's Warning Events in the background, at most every
+        EVENT_CHECK_SECONDS while a job of it waits (the judge matches them to its objects)."""
+        checked, known = self._warnings.get(namespace, (0.0, ()))
         if time.monotonic() - checked > EVENT_CHECK_SECONDS:
-            self._refusals[job.id] = (time.monotonic(), message)
-            self._spawned.spawn(f"kube-events-{job.name}", self._read_refusal(job, _meta(trainers)))
+            self._warnings[namespace] = (time.monotonic(), known)
+            self._spawned.spawn(f"kube-events-{namespace}", self._read_warnings(namespace))
 
-    async def _read_refusal(self, job: JobRecord, meta: dict[str, Any]) -> None:
+    async def _read_warnings(self, namespace: str) -> None:
+        """One list of the namespace's Warning Events, filtered by type on the API server;
+        only the reasons the judge reads are kept. A failure keeps what was read before."""
         try:
-            answer = await self.kube.list(
-                "Event", meta.get("namespace"), fields=f"involvedObject.name={meta.get('name')}"
-            )
+            answer = await self.kube.list("Event", namespace, fields="type=Warning")
         except KubeError:
             return
-        refusals = [
-            e
-            for e in answer.get("items") or []
-            if e.get("reason") == "FailedCreate" and _refusal_of(str(e.get("message"))) is not None
-        ]
-        if refusals:
-            latest = max(refusals, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-            self._refusals[job.id] = (time.monotonic(), _refusal_of(str(latest.get("message"))))
+        kept = tuple(
+            e for e in answer.get("items") or [] if e.get("reason") in (CREATE_FAILED, *VOLUME_FAILED)
+        )
+        self._warnings[namespace] = (time.monotonic(), kept)
 
     def _new_events(self, attempts: dict[str, list[Attempt]], reported: set[str]) -> list[ObservedEvent]:
         events = []
@@ -756,7 +758,6 @@ class KubernetesBackend(Backend):
         await self._delete(job, grace_seconds=grace_seconds)
 
     def forget(self, job: JobRecord) -> None:
-        self._refusals.pop(job.id, None)
         self._stopped.discard(job.id)
         if job.id not in self._finishing:  # else _finish drops it when it is done
             self._kept.pop(job.id, None)
@@ -772,6 +773,7 @@ class KubernetesBackend(Backend):
         namespace = self.namespace(user)
         self._tenancy.pop(namespace, None)
         self._users.pop(namespace, None)
+        self._warnings.pop(namespace, None)
         if not self._shared():
             await self.kube.delete("Namespace", None, namespace)
 
@@ -798,17 +800,6 @@ class KubernetesBackend(Backend):
         if swept:
             log.info("kube_objects_swept", jobs=swept)
         return swept
-
-
-def _refusal_of(message: str) -> Refusal | None:
-    """What a FailedCreate Event of the trainers' Job means for the job: Pod Security
-    admission refusing its pods fails it (`lasting`), the namespace's quota makes it wait;
-    any other (a ServiceAccount not made yet in a new namespace) passes by itself."""
-    if "violates PodSecurity" in message:
-        return Refusal(f"Kubernetes refuses its pods (Pod Security admission): {message}", lasting=True)
-    if "quota" in message:
-        return Refusal(f"the namespace's quota refuses its pods: {message}")
-    return None
 
 
 def _refused(exc: KubeError) -> str:

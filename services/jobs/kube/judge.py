@@ -12,6 +12,7 @@ reasons a job still waits.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -43,25 +44,59 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Kubernetes refusing to create the job's pods, as the trainers' Job's FailedCreate
-    Event says, in words. `lasting`: waiting does not change it (Pod Security admission:
-    the pods' spec and the namespace's level are both fixed for this job), so the job
-    fails; else the pods may fit later (the namespace's quota) and the job waits."""
+    """Kubernetes refusing the job's pods, or a pod's volume, as a Warning Event says, in
+    words. `lasting`: waiting does not change it (an admission check of the pods' spec
+    against a namespace's fixed rules), so the job fails; else it may pass (the quota
+    frees, the ServiceAccount is made, the volume mounts) and the job waits."""
 
     message: str
     lasting: bool = False
 
 
+# Warning Events the judge reads (the backend lists the namespace's, `type=Warning`):
+# the Job and StatefulSet controllers' FailedCreate, the kubelet's FailedMount and the
+# attach/detach controller's FailedAttachVolume. FailedScheduling is not among them: the
+# scheduler writes the same message into the pod's PodScheduled condition, which
+# `_pod_waiting` reads, so a reason has one source.
+CREATE_FAILED = "FailedCreate"
+VOLUME_FAILED = ("FailedMount", "FailedAttachVolume")
+_LIMIT_RANGE = re.compile(r"(maximum|minimum) \S+ usage per (Container|Pod)|limit to request ratio per")
+_DENIED = re.compile(r'admission webhook ".*" denied the request|ValidatingAdmissionPolicy .* denied request')
+
+
+def refusal_in(reason: str, message: str) -> Refusal:
+    """What a Warning Event about the job's objects means for it, in words. Lasting: Pod
+    Security, a LimitRange's bound, an admission webhook's or ValidatingAdmissionPolicy's
+    denial (each judges the pods' spec against the namespace's rules, and neither changes
+    while the job waits). Waiting: the quota, a ServiceAccount not yet made in a new
+    namespace, a volume that does not mount (yet), and any refusal not known here (a
+    webhook that does not answer, say): they may pass by themselves."""
+    if reason in VOLUME_FAILED:
+        return Refusal(f"a volume of its pods does not mount: {message}")
+    if "violates PodSecurity" in message:
+        return Refusal(f"Kubernetes refuses its pods (Pod Security admission): {message}", lasting=True)
+    if _LIMIT_RANGE.search(message):
+        return Refusal(f"the namespace's LimitRange refuses its pods: {message}", lasting=True)
+    if _DENIED.search(message):
+        return Refusal(f"an admission policy refuses its pods: {message}", lasting=True)
+    if "quota" in message:
+        return Refusal(f"the namespace's quota refuses its pods: {message}")
+    if "error looking up service account" in message:
+        return Refusal(f"its pods wait for the namespace's ServiceAccount to be made: {message}")
+    return Refusal(f"Kubernetes does not create its pods: {message}")
+
+
 @dataclass(frozen=True)
 class Observed:
-    """The job's objects as the watch cache holds them. `refusal` is Kubernetes refusing
-    its pods, read from the trainers' Job's Events (the backend reads them at most every
-    few seconds, in the background), or None."""
+    """The job's objects as the watch cache holds them. `warnings` are the Warning Events
+    of the job's namespace as last read (the backend reads them at most every few
+    seconds, in the background, while a job waits); the judge picks its objects' by uid."""
 
     owner: dict[str, Any] | None
     trainers: dict[str, Any] | None  # the Indexed batch/v1 Job
     pods: list[dict[str, Any]] = field(default_factory=list)
-    refusal: Refusal | None = None
+    pservers: dict[str, Any] | None = None  # the parameter servers' StatefulSet
+    warnings: tuple[dict[str, Any], ...] = ()
 
     @cached_property
     def attempts(self) -> dict[str, list[Attempt]]:
@@ -83,8 +118,8 @@ class Verdict:
     reason: str
     started_at: str | None = None
     finished_at: str | None = None
-    # The job waits with fewer pods than it asks for: the backend should read the trainers'
-    # Job's Events for a refusal of its pods (it then says so in `Observed.refusal`).
+    # The job waits: the backend should read its namespace's Warning Events (it gives
+    # them in `Observed.warnings`) for a refusal of its pods or of their volumes.
     read_events: bool = False
 
 
@@ -179,22 +214,22 @@ def _workers_failed(
 
 
 def _pending(spec: JobSpec, observed: Observed, rules: Rules, now: datetime) -> Verdict:
-    """Why the job waits: a pod's scheduler or image message, a quota refusal, or the
-    workers it waits for; FAILED once an image could not be pulled for too long, or when
-    Kubernetes refuses its pods for good (Pod Security)."""
+    """Why the job waits: a pod's scheduler or image message, a refusal of its pods or
+    their volumes, or the workers it waits for; FAILED once an image could not be pulled
+    for too long, or when Kubernetes refuses its pods for good (`Refusal.lasting`)."""
+    read = observed.trainers is not None
     found = _pod_waiting(observed.pods)
     if found is not None:
         why, pod = found
         limit = rules.image_pull_timeout_seconds
         if why.startswith(PULL_FAILURE) and _age_seconds(pod, now) > limit:
             return Verdict(FAILED, f"{why} (for more than {limit:g} s)", None, iso(now))
-        return Verdict(PENDING, why)
-    # Fewer pods than asked for, although the Job exists: the quota may refuse them.
-    short = observed.trainers is not None and len(observed.pods) < spec.trainers + spec.pservers
-    if short and observed.refusal is not None:
-        if observed.refusal.lasting:
-            return Verdict(FAILED, observed.refusal.message, None, iso(now))
-        return Verdict(PENDING, observed.refusal.message, read_events=True)
+        return Verdict(PENDING, why)  # the pod says why: no Event is read
+    refusal = _refusal(spec, observed)
+    if refusal is not None:
+        if refusal.lasting:
+            return Verdict(FAILED, refusal.message, None, iso(now))
+        return Verdict(PENDING, refusal.message, read_events=True)
     ready = sum(
         1 for p in observed.pods if (worker_of(p) or ("", "", 0))[1] == "PSERVER" and condition(p, "Ready")
     )
@@ -202,7 +237,52 @@ def _pending(spec: JobSpec, observed: Observed, rules: Rules, now: datetime) -> 
         why = f"waiting for the parameter servers: {ready} of {spec.pservers} ready"
     else:
         why = "waiting for the trainers' pods to start"
-    return Verdict(PENDING, why, read_events=short)
+    return Verdict(PENDING, why, read_events=read)
+
+
+def _refusal(spec: JobSpec, observed: Observed) -> Refusal | None:
+    """The newest Warning Event that tells why the job's pods are not there or do not
+    start: a FailedCreate of the trainers' Job or the parameter servers' StatefulSet
+    while it has fewer live pods than asked for (an Event stays an hour: one about pods
+    made since says nothing now), a volume's failure of one of its pods still Pending."""
+    live = [p for p in observed.pods if _phase(p) != "Failed" and not _deleted(p)]
+    waiting = frozenset(str(meta(p).get("uid")) for p in live if _phase(p) == "Pending")
+    about = {CREATE_FAILED: _short_of_pods(spec, observed, live), **dict.fromkeys(VOLUME_FAILED, waiting)}
+    found = [e for e in observed.warnings if _uid(e) in about.get(str(e.get("reason")), ())]
+    if not found:
+        return None
+    latest = max(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    refusal = refusal_in(str(latest.get("reason")), str(latest.get("message")))
+    if latest.get("reason") in VOLUME_FAILED:
+        name = (latest.get("involvedObject") or {}).get("name")
+        return Refusal(f"{refusal.message} (pod {name})", refusal.lasting)
+    return refusal
+
+
+def _short_of_pods(spec: JobSpec, observed: Observed, live: list[dict[str, Any]]) -> frozenset[str]:
+    """The uids of the trainers' Job and the parameter servers' StatefulSet, each while it
+    has fewer live pods than the job asks for."""
+    roles = [(worker_of(p) or ("", "", 0))[1] for p in live]
+    return frozenset(
+        str(meta(obj).get("uid"))
+        for obj, role, wanted in (
+            (observed.trainers, "TRAINER", spec.trainers),
+            (observed.pservers, "PSERVER", spec.pservers),
+        )
+        if obj is not None and roles.count(role) < wanted
+    )
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str(status(pod).get("phase") or "Pending")
+
+
+def _deleted(obj: dict[str, Any]) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def _uid(event: dict[str, Any]) -> str:
+    return str((event.get("involvedObject") or {}).get("uid") or "")
 
 
 def _pod_waiting(pods: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:

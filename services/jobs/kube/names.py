@@ -1,10 +1,12 @@
 """Names and labels of everything the kubernetes backend creates, in one place.
 
-A user's namespace is `<prefix><user>` made DNS-1123: lowercase letters, digits and `-`,
-at most 63 characters. A user name that is already such a label keeps its spelling;
-any other (an e-mail address, capitals, a long name) gets an 8-hex sha256 suffix, so
-two names that spell the same after cleaning (`alice@x.com`, `alice-x-com`) never meet
-in one namespace. The rule needs no lookup, so a restarted service finds the same names.
+A user's namespace is `<prefix><user>`. The users API admits only names that are DNS
+labels of at most 32 characters (store.models.USER_NAME; e-mail addresses are refused,
+docs/api.md says why) and the prefix is at most 20, so every user's namespace and label
+keep the name's spelling. Any other text given here (a store written by hand) is made
+DNS-1123 with an 8-hex sha256 suffix rather than refused, so that two names that spell
+the same after cleaning never meet in one namespace. The rule needs no lookup, so a
+restarted service finds the same names.
 
 A job's objects (spec.py explains the length budget of a job name, 44 characters):
 - `<job>`: the ConfigMap that owns the rest (deleting it removes them all);
