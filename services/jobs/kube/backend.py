@@ -894,7 +894,9 @@ class KubernetesBackend(Backend):
 
     async def stop(self, job: JobRecord, grace_seconds: float, reason: str | None = None) -> None:
         # Nothing here records the end: the service records KILLED with `reason` itself.
-        if not job.backend:
+        # A job that only waited (its backend record says why) made nothing: its user's
+        # namespace may not even be this release's to touch.
+        if not _created(job):
             return
         self._stopped.add(job.id)
         try:
@@ -910,7 +912,7 @@ class KubernetesBackend(Backend):
             self._kept.pop(job.id, None)
 
     async def remove(self, job: JobRecord) -> None:
-        if job.backend:
+        if _created(job):
             await self._delete(job, grace_seconds=None)
         self._kept.pop(job.id, None)
         self._finishing.pop(job.id, None)
@@ -951,6 +953,12 @@ class KubernetesBackend(Backend):
         if swept:
             log.info("kube_objects_swept", jobs=swept)
         return swept
+
+
+def _created(job: JobRecord) -> bool:
+    """Whether `start` made the job's objects (its record names their namespace), rather
+    than the job only waited or was never started."""
+    return bool(job.backend) and "waiting" not in job.backend
 
 
 def _refusal_of(message: str) -> Refusal | None:
