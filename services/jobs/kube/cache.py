@@ -1,8 +1,9 @@
 """What the backend knows of the cluster: one list-then-watch per kind, kept in memory.
 
-Each `Informer` lists its kind (cluster-wide over the managed label, or in the shared
-namespace), then watches from the list's resourceVersion. A watch that ends (at its
-timeout) starts again from the last resourceVersion seen; one answered 410 Gone lists
+Each `Informer` lists its kind in one namespace (or, for Namespaces, the cluster) over
+the release's labels, then watches from the list's resourceVersion; a `Fleet` keeps one
+per kind in each namespace the service owns, and `KindView` reads a kind across them. A
+watch that ends (at its timeout) starts again from the last resourceVersion seen; one answered 410 Gone lists
 again, so no transition is missed: the list is the truth, and the cache is replaced by
 it. Failures back off from 0.2 s to `max_backoff_seconds` with full jitter, and `error`
 says what is wrong meanwhile, for the job's reason. Anything else that goes wrong ends
