@@ -2,6 +2,10 @@
 
 - `start` makes the user's namespace ready (tenancy: quota, limits, network policy),
   then creates the job's owner ConfigMap and the objects it owns (manifests.py).
+- Ownership: everything made carries this installation's release label, and only what
+  carries it is watched, adopted, swept or deleted. Per user, the service's rights in a
+  namespace come from the RoleBinding it makes there right after the namespace; a
+  namespace of that name it did not make is left alone, and the job waits saying why.
   Creating is idempotent: a 409 reads the object back and adopts it when it carries
   this job's id, so a retry or a restart converges.
 - `observe`, `workers` and `logs` read the watch cache (cache.py); nothing polls the
@@ -74,6 +78,8 @@ from .names import (
     ANNOTATION_USER,
     LABEL_JOB_ID,
     LABEL_RELEASE,
+    MANAGED_BY,
+    MANAGER,
     QUOTA_NAME,
     is_ours,
     managed_selector,
@@ -491,7 +497,15 @@ class KubernetesBackend(Backend):
         self._tenancy.pop(namespace, None)
         labels = _meta(existing).get("labels") or {}
         other = labels.get(LABEL_RELEASE)
-        whose = f"another PaddleCloud installation's (release {other})" if other else "not PaddleCloud's"
+        if other:
+            whose = f"another PaddleCloud installation's (release {other})"
+        elif labels.get(MANAGED_BY) == MANAGER:
+            whose = (
+                "a PaddleCloud namespace without a release label (an earlier version's: "
+                "label it, docs/kubernetes.md)"
+            )
+        else:
+            whose = "not PaddleCloud's"
         return (
             f"the namespace {namespace} exists and was not made by this installation "
             f"(release {release_label(self._settings.release)}): it is {whose}, and nothing in it is "
