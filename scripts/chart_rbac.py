@@ -3,10 +3,12 @@
     python scripts/chart_rbac.py           # write charts/paddlecloud/files/rbac/*.yaml
     python scripts/chart_rbac.py --check   # exit 1, naming the file, when one differs
 
-The jobs service's rights are data in services/jobs/kube/rbac.py (`policy_rules(mode)`);
-the chart includes these files verbatim as the rules of its ClusterRole (per-user
-namespaces) or Role (a shared namespace), so the chart grants exactly what the code says
-it needs. tests/unit/test_helm_chart.py runs the check and compares the rendered Roles.
+The jobs service's rights are data in services/jobs/kube/rbac.py (`policy_rules(part)`):
+jobs-cluster.yaml (per-user mode's cluster-wide ClusterRole; the chart puts the tenant
+ClusterRole's name where rbac.TENANT_ROLE stands), jobs-tenant.yaml (the tenant
+ClusterRole, bound in each user namespace) and jobs-shared.yaml (shared mode's Role). The
+chart includes these files as the rules of those roles, so it grants exactly what the
+code says it needs. tests/unit/test_helm_chart.py runs the check and compares the rendered Roles.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ def builder_rules() -> list[dict[str, object]] | None:
 def expected() -> dict[Path, str]:
     """Each file's text, as the code's lists give it."""
     files = {
-        RBAC_DIR / f"jobs-{mode}.yaml": HEADER.format(source="services/jobs/kube/rbac.py")
-        + yaml.safe_dump(rbac.policy_rules(mode), sort_keys=False)
-        for mode in ("per-user", "shared")
+        RBAC_DIR / f"jobs-{part}.yaml": HEADER.format(source="services/jobs/kube/rbac.py")
+        + yaml.safe_dump(rbac.policy_rules(part), sort_keys=False)
+        for part in ("cluster", "tenant", "shared")
     }
     # The Lease's Role (one leader); the chart puts the Lease's name for rbac.LEASE_NAME.
     leader = yaml.safe_dump(rbac.leader_rules(), sort_keys=False)

@@ -232,6 +232,21 @@ class KubernetesSection(_Section):
     namespace_mode: Literal["per-user", "shared"] = "per-user"
     namespace_prefix: str = Field("paddle-", pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?-?$", max_length=20)
     namespace: str = Field("paddlecloud-jobs", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    # Which installation this service is: every object it makes carries it as the label
+    # paddlecloud.org/release (names.release_label: hashed when not a label value), and it
+    # watches, adopts, sweeps and deletes only what carries its own. Two installations on
+    # one cluster must differ; the chart sets "<release namespace>.<release name>".
+    release: str = Field("paddlecloud", min_length=1, max_length=253, pattern=r"^[!-~]+$")
+    # Per-user mode: the ClusterRole the service binds, in each namespace it makes, to its
+    # own ServiceAccount (the chart installs it: every right it needs in a user's namespace).
+    tenant_role: str = Field(
+        "paddlecloud-jobs-tenant", pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253
+    )
+    # "<namespace>/<name>" of the service's own ServiceAccount, the subject of those
+    # RoleBindings; unset: asked of the API server (a SelfSubjectReview of its credentials).
+    service_account: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=317
+    )
     # The image a job runs when it names none and builds none; GPU jobs get gpu_image.
     default_image: str = "python:3.11-slim"
     gpu_image: str | None = None

@@ -67,6 +67,8 @@ RESOURCES: dict[str, Resource] = {
     "Job": Resource("apis/batch/v1", "jobs"),
     "NetworkPolicy": Resource("apis/networking.k8s.io/v1", "networkpolicies"),
     "Lease": Resource("apis/coordination.k8s.io/v1", "leases"),
+    "RoleBinding": Resource("apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "SelfSubjectReview": Resource("apis/authentication.k8s.io/v1", "selfsubjectreviews", namespaced=False),
 }
 
 
@@ -248,6 +250,16 @@ class Kube:
         kind, meta = manifest["kind"], manifest["metadata"]
         path = RESOURCES[kind].path(meta.get("namespace"))
         return await self._json("POST", path, f"create {kind} {meta['name']}", body=dict(manifest))
+
+    async def whoami(self) -> str:
+        """The user name the API server knows these credentials by (a SelfSubjectReview,
+        which every authenticated user may create): `system:serviceaccount:<ns>:<name>`
+        for a ServiceAccount's token."""
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        answer = await self._json(
+            "POST", RESOURCES["SelfSubjectReview"].path(None), "create SelfSubjectReview", body=review
+        )
+        return str(((answer or {}).get("status") or {}).get("userInfo", {}).get("username") or "")
 
     async def replace(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         kind, meta = manifest["kind"], manifest["metadata"]

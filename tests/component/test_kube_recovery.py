@@ -79,6 +79,7 @@ def kube(real_kube: RealKube, tmp_path: Path) -> Iterator[Kube]:
     settings = {
         "kubeconfig": str(rights.kubeconfig),
         "namespace_prefix": prefix,
+        **rights.settings,  # who the chart says the service is
         # A pvc datacenter needs a claim in each user's namespace; hostPath needs none.
         "datacenters": {"dc1": {"kind": "hostpath", "host_path": "/srv/pfs"}},
         "watch_timeout_seconds": 5,
@@ -136,7 +137,10 @@ async def test_a_new_service_adopts_starts_and_sweeps(
         forgotten = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": "forgotten", "labels": job_labels("alice", "forgotten", "0" * 32)},
+            "metadata": {
+                "name": "forgotten",
+                "labels": job_labels("alice", "forgotten", "0" * 32, settings["release"]),
+            },
         }
         made = await kube.admin("POST", f"/api/v1/namespaces/{ns}/configmaps", forgotten)
         assert made.status == 201, made
@@ -184,9 +188,10 @@ async def test_a_job_the_watch_has_not_shown_yet_is_not_failed(tmp_path: Path, k
     backend = KubernetesBackend(config, store)
     await backend.open()
     try:
-        # The ConfigMap watch stops: the cache will not see the owner this test creates.
+        # No namespace is watched: the cache will not see the owner this test creates.
         configmaps = backend._informers["ConfigMap"]
-        next(t for t in backend._tasks if t.get_name() == "kube-watch-ConfigMap").cancel()
+        assert backend._fleet is not None
+        backend._fleet.add = lambda namespace: None  # type: ignore[method-assign]
         spec = JobSpec.model_validate({"name": "fresh", "package": "/pfs/dc1/home/alice/pkg"})
         job = Job(id="a" * 32, owner="alice", name="fresh", state=PENDING, spec=spec.to_dict())
         launch = Launch(
@@ -247,14 +252,15 @@ async def test_a_killed_informer_is_started_again_and_sees_what_changed(
     reach the cache, which is never left stale by a dead task."""
 
     async def owner(name: str, job_id: str) -> None:
-        labels = job_labels("alice", name, job_id)
+        labels = job_labels("alice", name, job_id, kube.settings["release"])
         body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}}
         made = await kube.admin("POST", f"/api/v1/namespaces/{kube.namespace}/configmaps", body)
         assert made.status == 201, made
 
-    made = await kube.admin("POST", "/api/v1/namespaces", {"metadata": {"name": kube.namespace}})
-    assert made.status == 201, made
-    configmaps = backend._informers["ConfigMap"]
+    await backend._ensure_tenancy("alice")  # alice's namespace, this release's, watched
+    assert backend._fleet is not None
+    configmaps = backend._fleet.informers[kube.namespace]["ConfigMap"]
+    await eventually(lambda: any(_runs(t, configmaps) for t in asyncio.all_tasks()), "its informer")
     first = next(t for t in asyncio.all_tasks() if _runs(t, configmaps))
     first.cancel()
     await owner("while-down", "b" * 32)

@@ -200,6 +200,7 @@ async def platform(
             "backend": "kubernetes",
             "kubernetes": {
                 "kubeconfig": str(kube.rights.kubeconfig),
+                **kube.rights.settings,
                 "namespace_prefix": kube.prefix,
                 # hostPath: a pvc datacenter needs a claim in each user's namespace.
                 "datacenters": {"dc1": {"kind": "hostpath", "host_path": "/srv/paddlecloud-pfs"}},

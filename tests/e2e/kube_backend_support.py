@@ -185,6 +185,7 @@ def kube_backend(
     sets: tuple[str, ...] = (),
     mutate: Callable[[list[Obj]], None] | None = None,
     shared_labels: dict[str, str] | None = None,
+    prefix: str | None = None,
     **overrides: Any,
 ) -> Iterator[KubeBackend]:
     """A `paddlecloud server` on the real control plane for one test: the chart's
@@ -194,7 +195,10 @@ def kube_backend(
     kube_real/faults.py); `sets` and `mutate` go to the chart's rights
     (kube_real.chart.install_rights: a mutation test drops a rule); `shared_labels` runs
     the service in shared mode, in a namespace of the test's made first with those labels,
-    as an operator would. A test module makes it its fixture:
+    as an operator would; `prefix` gives the users' namespaces' prefix (two releases
+    sharing one), which the test then cleans up itself. The service is who the chart
+    says (its paddlecloud.yaml's release, tenant_role, service_account: the release is
+    the rights' namespace and `pc`). A test module makes it its fixture:
 
         @pytest.fixture
         def backend(real_kube, server_factory, tmp_path):
@@ -202,7 +206,7 @@ def kube_backend(
                 yield started
     """
     token = secrets.token_hex(2)
-    prefix = f"t{token}-"
+    prefix = prefix or f"t{token}-"
     shared = None
     if shared_labels is not None:
         shared = f"{prefix}jobs"  # under the prefix, so it goes with the users' namespaces
@@ -218,7 +222,11 @@ def kube_backend(
     try:
         path = write_server_config(
             tmp_path / "server.yaml",
-            kube_settings(via(rights.kubeconfig) if via else rights.kubeconfig, prefix, **overrides),
+            kube_settings(
+                via(rights.kubeconfig) if via else rights.kubeconfig,
+                prefix,
+                **{**rights.settings, **overrides},
+            ),
         )
         backend = KubeBackend(
             server_factory("--server-config", str(path)), real_kube, rights, prefix, tmp_path, shared

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -379,6 +380,10 @@ def small_job(user: str, settings: KubernetesSection) -> tuple[list[Obj], JobPla
     )
     tenancy = manifests.tenancy_objects(user, Quota(cpu_milli=8000, memory_bytes=16 << 30, gpu=0), settings)
     namespace = manifests.namespace_of(user, settings)
+    if settings.namespace_mode == "per-user" and settings.service_account:
+        # Right after the namespace, the service binds the tenant role to itself there.
+        account = settings.service_account.split("/")
+        tenancy.insert(1, manifests.tenant_binding(namespace, (account[0], account[1]), settings))
     plan = JobPlan(launch, settings, namespace, manifests.image_for(launch, settings))
     return tenancy, plan
 
@@ -391,6 +396,13 @@ def create_job_objects(client: KubeClient, tenancy: list[Obj], plan: JobPlan) ->
         reply = client.request("POST", collection(obj, plan.namespace), obj)
         if reply.status != 201:
             return obj, reply
+        if obj["kind"] == "RoleBinding":
+            # The RBAC authorizer learns of it from a watch: wait until a right no
+            # mutation drops holds there.
+            pods = f"/api/v1/namespaces/{plan.namespace}/pods"
+            deadline = time.monotonic() + 30
+            while client.request("GET", pods).status == 403 and time.monotonic() < deadline:
+                time.sleep(0.1)
     owner = manifests.owner_object(plan)
     reply = client.request("POST", collection(owner), owner)
     if reply.status != 201:
@@ -432,7 +444,7 @@ def test_the_jobs_service_account_creates_a_job_with_its_own_token(
 
 # The chart's per-user rules, each dropped in turn, that creating a job's objects uses.
 MUTATED = ["namespaces", "resourcequotas", "limitranges", "networkpolicies", "configmaps"]
-MUTATED += ["configmaps/finalizers", "services", "statefulsets", "jobs"]
+MUTATED += ["configmaps/finalizers", "services", "statefulsets", "jobs", "rolebindings"]
 
 
 def needs(obj: Obj, resource: str) -> bool:
@@ -448,26 +460,31 @@ def needs(obj: Obj, resource: str) -> bool:
 def test_the_chart_rbac_minus_one_rule_is_refused_403(
     real_kube: RealKube, tmp_path: Path, resource: str
 ) -> None:
-    """A mutation of the chart's RBAC: its ClusterRole rendered, one rule the service
-    uses dropped, bound to a fresh ServiceAccount; the real API server then refuses the
-    first object that rule was for with 403, naming the resource, and nothing before it."""
+    """A mutation of the chart's RBAC: its ClusterRoles rendered (the cluster rights and
+    the tenant role the service binds in its namespaces), one rule the service uses
+    dropped, for a fresh ServiceAccount; the real API server then refuses the first
+    object that rule was for with 403, naming the resource, and nothing before it."""
     admin = real_kube.cluster.admin
     namespace = f"helm-mutant-{secrets.token_hex(3)}"
     objects = render(real_kube.cluster.admin_kubeconfig, tmp_path, "default", namespace)
-    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    roles = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert len(roles) == 2, "the cluster rights and the tenant role"
     (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     (account,) = [
         o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == f"{FULLNAME}-jobs"
     ]
-    kept = [rule for rule in role["rules"] if rule["resources"] != [resource]]
-    assert len(kept) == len(role["rules"]) - 1, f"the chart has no rule for {resource}"
-    role["rules"] = kept
+    dropped = 0
+    for role in roles:
+        kept = [rule for rule in role["rules"] if rule["resources"] != [resource]]
+        dropped += len(role["rules"]) - len(kept)
+        role["rules"] = kept
+    assert dropped == 1, f"the chart has no rule for {resource}"
     user = f"mutant-{secrets.token_hex(2)}"
     tenancy, plan = small_job(user, chart_settings(objects))
     expected = next(o for o in [*tenancy, *manifests.all_objects(plan)] if needs(o, resource))
     admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
     try:
-        for obj in (account, role, binding):
+        for obj in (account, *roles, binding):
             admin.create(collection(obj, namespace), obj)
         service = real_kube.cluster.service_account(namespace, account["metadata"]["name"])
         refused = create_job_objects(service, tenancy, plan)
@@ -484,7 +501,7 @@ def test_the_chart_rbac_minus_one_rule_is_refused_403(
             account_name = f"system:serviceaccount:{namespace}:{FULLNAME}-jobs"
             assert f'User "{account_name}" cannot create resource "{resource}"' in reply.message, reply
     finally:
-        for obj in (role, binding):
+        for obj in (*roles, binding):
             admin.request("DELETE", f"{collection(obj)}/{obj['metadata']['name']}")
         admin.request("DELETE", f"/api/v1/namespaces/{plan.namespace}")
         admin.request("DELETE", f"/api/v1/namespaces/{namespace}")

@@ -30,7 +30,6 @@ pytestmark = pytest.mark.slow
 
 DC = "datacenter1"
 Obj = dict[str, Any]
-TRAINERS_JOBS = "/apis/batch/v1/jobs"  # the informer's list and watch of Jobs
 
 
 @dataclass
@@ -98,6 +97,17 @@ def test_the_proxy_streams_and_injects_each_fault(real_kube: RealKube, tmp_path:
     admin = real_kube.cluster.admin
     rights = install_rights(real_kube.cluster, tmp_path, f"pcjobs-{secrets.token_hex(2)}")
     configmaps = f"/api/v1/namespaces/{rights.namespace}/configmaps"
+    # The service's rights in a namespace are the tenant role, bound there as it binds it
+    # in each namespace it makes: here, in the rights' own.
+    tenant = rights.settings["tenant_role"]
+    admin.create(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{rights.namespace}/rolebindings",
+        {
+            "metadata": {"name": "tenant"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": tenant},
+            "subjects": [{"kind": "ServiceAccount", "name": rights.account, "namespace": rights.namespace}],
+        },
+    )
     try:
         with FaultProxy(real_kube.cluster) as proxy:
             token = yaml.safe_load(proxy.kubeconfig(rights.kubeconfig).read_text())["users"][0]["user"][
@@ -106,6 +116,7 @@ def test_the_proxy_streams_and_injects_each_fault(real_kube: RealKube, tmp_path:
             service = KubeClient(proxy.url, real_kube.cluster.pki.ca_cert, token=token)
             # The root CA publisher's ConfigMap comes with a new namespace: in the list, not the watch.
             admin.wait_for(configmaps, lambda _: True, name="kube-root-ca.crt")
+            kb.wait(lambda: service.request("GET", configmaps).status == 200, "the tenant binding in effect")
             version = service.get(configmaps)["metadata"]["resourceVersion"]
             watch = changes(service.watch(configmaps, resource_version=version, timeout=60))
             admin.create(configmaps, {"metadata": {"name": "first"}})
@@ -157,7 +168,9 @@ def test_an_expired_watch_relists_without_missing_the_end(
         # resume is answered 410 Gone: only a new list can show the service the end.
         proxy.hang(watch=True)
         proxy.expire_watches()
-        lists_before = lists(proxy, TRAINERS_JOBS)
+        # The informer's list and watch of Jobs, in the user's namespace (its only rights).
+        trainers_jobs = f"/apis/batch/v1/namespaces/{faulty.namespace}/jobs"
+        lists_before = lists(proxy, trainers_jobs)
         real_kube.cluster.admin.wait_for(
             f"/apis/batch/v1/namespaces/{faulty.namespace}/jobs",
             complete,
@@ -168,9 +181,9 @@ def test_an_expired_watch_relists_without_missing_the_end(
         done = wait_for_state(server, "relist", ("SUCCEEDED", "FAILED"))
     assert done["state"] == "SUCCEEDED", done
     assert done["reason"] == "every trainer exited 0"
-    expired = [r for r in proxy.requests if r.fault == "expired" and r.path == TRAINERS_JOBS]
+    expired = [r for r in proxy.requests if r.fault == "expired" and r.path == trainers_jobs]
     assert expired, f"no watch of Jobs was resumed from before the expiry: {proxy.requests}"
-    assert lists(proxy, TRAINERS_JOBS) > lists_before
+    assert lists(proxy, trainers_jobs) > lists_before
     # The end's log was kept from what the new list showed, and nothing is left.
     assert "[trainer-0] x" in ok(run_cli(server, "logs", "relist")).splitlines()
     kb.wait(functools.partial(left_of, faulty, "relist"), "the job's objects to go")

@@ -83,6 +83,7 @@ def server_config(
             "backend": "kubernetes",
             "kubernetes": {
                 "kubeconfig": str(jobs_rights.kubeconfig),
+                **jobs_rights.settings,
                 "namespace_prefix": prefix,
                 # A pvc datacenter needs a claim in each user's namespace, which no one
                 # makes here: hostpath needs nothing (the node mounts nothing anyway).

@@ -102,7 +102,10 @@ def test_a_right_missing_from_the_chart_fails_the_job_naming_it_and_leaves_nothi
     # Nor may the service watch StatefulSets: a job without parameter servers is made,
     # and says why its state cannot be followed (not "the API is not answering").
     kube.submit("unwatched")
-    refused = f'User "{account}" cannot list resource "statefulsets" in API group "apps" at the cluster scope'
+    refused = (
+        f'User "{account}" cannot list resource "statefulsets" in API group "apps" '
+        f'in the namespace "{kube.namespace()}"'
+    )
     job = kb.wait(lambda: refused in (j := kube.job("unwatched"))["reason"] and j, "the refused watch")
     assert job["reason"].startswith("the jobs service may not watch StatefulSets (list StatefulSet: "), job
     assert "an operator must grant it" in job["reason"], job

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from kube_real.client import KubeClient
 from kube_real.cluster import Cluster
 
 Obj = dict[str, Any]
@@ -28,7 +30,16 @@ CLUSTER_SCOPED = frozenset(
     {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass", "IngressClass"}
     | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 )
-RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+RBAC_KINDS = (
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 class HelmMissing(Exception):
@@ -84,8 +95,10 @@ def render(kubeconfig: Path, home: Path, values: str, namespace: str, *sets: str
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 
-def rights_of(objects: list[Obj], account: str) -> list[Obj]:
-    """The ServiceAccount `account` and the roles and bindings that give it rights."""
+def rights_of(objects: list[Obj], account: str, namespace: str) -> list[Obj]:
+    """The ServiceAccount `account`, the roles and bindings that give it rights, the
+    ClusterRoles it may bind (the jobs service's tenant role), and the admission policies
+    that bound what it does (their matchConditions name its user)."""
     roles: set[tuple[str, str]] = set()
     made: list[Obj] = []
     for obj in objects:
@@ -97,6 +110,30 @@ def rights_of(objects: list[Obj], account: str) -> list[Obj]:
             made.append(obj)
             roles.add((obj["roleRef"]["kind"], obj["roleRef"]["name"]))
     made += [o for o in objects if (o["kind"], o["metadata"]["name"]) in roles]
+    bindable = {
+        name
+        for role in made
+        if role["kind"] == "ClusterRole"
+        for rule in role.get("rules", ())
+        if "bind" in rule["verbs"]
+        for name in rule.get("resourceNames", ())
+    }
+    made += [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] in bindable]
+    user = f"system:serviceaccount:{namespace}:{account}"
+    policies = {
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and any(user in c["expression"] for c in o["spec"].get("matchConditions", ()))
+    }
+    made += [
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] in policies
+    ]
+    made += [
+        o
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicyBinding" and o["spec"]["policyName"] in policies
+    ]
     assert any(o["kind"] == "ServiceAccount" for o in made), f"the chart renders no ServiceAccount {account}"
     return made
 
@@ -106,18 +143,26 @@ class ChartRights:
     """A service's rights as the chart renders them, installed for one test: the objects
     (namespaced ones in `namespace` unless the chart names another, such as the builds'
     namespace, which the test makes) and a kubeconfig with a token of
-    the ServiceAccount. `remove()` deletes what it made."""
+    the ServiceAccount; `settings`, what the chart's paddlecloud.yaml sets in
+    `jobs.kubernetes` about who the service is (release, tenant_role, service_account).
+    `remove()` deletes what it made."""
 
     cluster: Cluster
     namespace: str
     account: str
     objects: list[Obj]
     kubeconfig: Path
+    settings: dict[str, Any]
+    token: str = ""
+
+    def client(self) -> KubeClient:
+        """A client with the service's token: what the service may do, the API server says."""
+        return KubeClient(self.cluster.server, self.cluster.pki.ca_cert, token=self.token)
 
     def remove(self) -> None:
         admin = self.cluster.admin
         for obj in self.objects:
-            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", *POLICY_KINDS):
                 admin.request("DELETE", f"{collection(obj)}/{obj['metadata']['name']}")
         admin.request("DELETE", f"/api/v1/namespaces/{self.namespace}")
 
@@ -139,7 +184,7 @@ def install_rights(
     of that account."""
     objects = render(cluster.admin_kubeconfig, home, values, namespace, *sets)
     account = f"{FULLNAME}-{service}"
-    rights = rights_of(objects, account)
+    rights = rights_of(objects, account, namespace)
     if mutate is not None:
         mutate(rights)
     admin = cluster.admin
@@ -152,4 +197,29 @@ def install_rights(
     kubeconfig = cluster.write_kubeconfig(
         home / f"{namespace}.kubeconfig", account, {"token": token}, namespace
     )
-    return ChartRights(cluster, namespace, account, rights, kubeconfig)
+    made = ChartRights(cluster, namespace, account, rights, kubeconfig, service_settings(objects), token)
+    if any(o["kind"] == "ValidatingAdmissionPolicyBinding" for o in rights):
+        _wait_for_policy(made)
+    return made
+
+
+def service_settings(objects: list[Obj]) -> dict[str, Any]:
+    """What the chart's paddlecloud.yaml says of who the jobs service is."""
+    (config,) = (o for o in objects if o["kind"] == "ConfigMap" and "paddlecloud.yaml" in o.get("data", {}))
+    kubernetes = yaml.safe_load(config["data"]["paddlecloud.yaml"])["jobs"]["kubernetes"]
+    return {k: kubernetes[k] for k in ("release", "tenant_role", "service_account") if k in kubernetes}
+
+
+def _wait_for_policy(rights: ChartRights) -> None:
+    """Returns once the API server enforces the chart's admission policy for this account
+    (it loads policies from a watch, a moment after they are made): a dry-run create of a
+    namespace without the release's label is refused."""
+    client = rights.client()
+    probe = {"metadata": {"name": f"{rights.namespace}-probe"}}
+    deadline = time.monotonic() + 60
+    while True:
+        reply = client.request("POST", "/api/v1/namespaces", probe, query={"dryRun": "All"})
+        if reply.status == 403 and "release" in reply.message:
+            return
+        assert time.monotonic() < deadline, f"the admission policy is not enforced: {reply}"
+        time.sleep(0.1)

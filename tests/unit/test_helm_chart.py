@@ -23,6 +23,7 @@ import yaml
 from paddlecloud.common.config import BuilderSection, Config, load_config
 from paddlecloud.jobs.kube import rbac
 from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, volume_source
+from paddlecloud.jobs.kube.names import release_label
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "paddlecloud"
@@ -312,15 +313,59 @@ def rules_and_subjects(objects: tuple[dict[str, Any], ...], kind: str) -> tuple[
     return role["rules"], binding["subjects"]
 
 
-def test_per_user_mode_binds_the_codes_rules_cluster_wide() -> None:
+def test_per_user_mode_binds_only_the_cluster_rights_cluster_wide() -> None:
+    """The ClusterRoleBinding grants what cannot be namespaced, with `bind` on the tenant
+    ClusterRole only; the tenant role holds the namespaced rights and is bound by no
+    binding of the chart (the service binds it in each namespace it makes); the config
+    tells the service those names and its own."""
     objects = render(None)
-    rules, subjects = rules_and_subjects(objects, "ClusterRole")
-    assert rules == rbac.policy_rules("per-user")
-    assert subjects == [
+    cluster_name = f"{NAMESPACE}-{RELEASE}-paddlecloud-jobs"
+    tenant = f"{cluster_name}-tenant"
+    role = one(objects, "ClusterRole", cluster_name)
+    assert role["rules"] == rbac.policy_rules("cluster", tenant)
+    (binding,) = find(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": cluster_name,
+    }
+    assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-jobs", "namespace": NAMESPACE}
     ]
+    assert one(objects, "ClusterRole", tenant)["rules"] == rbac.policy_rules("tenant")
     # The one Role is the Lease's (test_two_jobs_replicas_elect_one_leader_...).
     assert [r["metadata"]["name"] for r in find(objects, "Role")] == [f"{RELEASE}-paddlecloud-jobs-leader"]
+    assert [r["metadata"]["name"] for r in find(objects, "RoleBinding")] == [f"{RELEASE}-paddlecloud-jobs-leader"]
+    kubernetes = yaml.safe_load(config_text(objects))["jobs"]["kubernetes"]
+    assert kubernetes["release"] == f"{NAMESPACE}.{RELEASE}"
+    assert kubernetes["tenant_role"] == tenant
+    assert kubernetes["service_account"] == f"{NAMESPACE}/{RELEASE}-paddlecloud-jobs"
+    policy = one(objects, "ValidatingAdmissionPolicy", cluster_name)
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f"'system:serviceaccount:{NAMESPACE}:{RELEASE}-paddlecloud-jobs'" in condition["expression"]
+    assert {v["reason"] for v in policy["spec"]["validations"]} == {"Forbidden"}
+    assert one(objects, "ValidatingAdmissionPolicyBinding", cluster_name)["spec"] == {
+        "policyName": cluster_name,
+        "validationActions": ["Deny"],
+    }
+
+
+def test_the_release_label_in_the_policy_is_the_services() -> None:
+    """A release whose "<namespace>.<name>" is longer than a label value: the chart hashes
+    it as names.release_label does, or the policy would refuse every namespace."""
+    long_namespace = "a-namespace-with-a-rather-long-name-of-fifty-characters"[:50]
+    out = helm("template", "production-release", str(CHART), "-n", long_namespace).stdout
+    objects = tuple(doc for doc in yaml.safe_load_all(out) if doc)
+    release = yaml.safe_load(config_text_of(objects))["jobs"]["kubernetes"]["release"]
+    assert len(release) > 63
+    (policy,) = find(objects, "ValidatingAdmissionPolicy")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["release"] == f"'{release_label(release)}'"
+
+
+def config_text_of(objects: tuple[dict[str, Any], ...]) -> str:
+    (config,) = (o for o in objects if o["kind"] == "ConfigMap" and "paddlecloud.yaml" in o.get("data", {}))
+    return str(config["data"]["paddlecloud.yaml"])
 
 
 def test_shared_mode_has_only_a_role_in_the_jobs_namespace() -> None:
@@ -332,6 +377,7 @@ def test_shared_mode_has_only_a_role_in_the_jobs_namespace() -> None:
         {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-jobs", "namespace": NAMESPACE}
     ]
     assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding")
+    assert not find(objects, "ValidatingAdmissionPolicy")
 
 
 def test_the_kaniko_builder_gets_the_role_its_code_declares() -> None:

@@ -9,6 +9,7 @@ worker's environment can be compared, key by key, with the local backend's.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import itertools
 import json
@@ -262,6 +263,7 @@ def assert_job_invariants(plan: JobPlan, objects: list[dict[str, Any]]) -> None:
         assert meta["namespace"] == NAMESPACE
         labels = meta["labels"]
         assert labels[names.MANAGED_BY] == names.MANAGER
+        assert labels[names.LABEL_RELEASE] == names.release_label(plan.settings.release)
         assert labels[names.LABEL_USER] == names.user_label(USER)
         assert labels[names.LABEL_JOB] == spec.name
         assert labels[names.LABEL_JOB_ID] == JOB_ID
@@ -279,9 +281,9 @@ def assert_job_invariants(plan: JobPlan, objects: list[dict[str, Any]]) -> None:
     templates = pod_templates(objects)
     assert set(templates) == ({names.ROLE_PSERVER} if spec.pservers else set()) | {names.ROLE_TRAINER}
     for role, template in templates.items():
-        assert template["metadata"]["labels"] == names.job_labels(USER, spec.name, JOB_ID) | {
-            names.LABEL_ROLE: role
-        }
+        assert template["metadata"]["labels"] == names.job_labels(
+            USER, spec.name, JOB_ID, plan.settings.release
+        ) | {names.LABEL_ROLE: role}
         assert_pod(plan, role, template["spec"])
     no_shared_parts(objects)
 
@@ -714,6 +716,7 @@ def test_per_user_tenancy(kind: str, quota: Quota) -> None:
     for obj in objects:
         validate(obj)
         assert obj["metadata"]["labels"][names.MANAGED_BY] == names.MANAGER
+        assert obj["metadata"]["labels"][names.LABEL_RELEASE] == "paddlecloud"
         assert obj["metadata"]["labels"][names.LABEL_USER] == names.user_label("Alice@Example.com")
         assert obj["metadata"]["annotations"][names.ANNOTATION_USER] == "Alice@Example.com"
     namespace = names.namespace_for("Alice@Example.com", "paddle-")
@@ -749,11 +752,11 @@ def test_shared_tenancy_makes_no_namespace_and_no_quota() -> None:
     for obj in objects:
         validate(obj)
         assert obj["metadata"]["namespace"] == "ml-jobs"
-        assert obj["metadata"]["labels"] == {names.MANAGED_BY: names.MANAGER}
+        assert obj["metadata"]["labels"] == names.managed_labels("paddlecloud")
         assert "annotations" not in obj["metadata"], "the namespace's objects are no one user's"
     # The operator's own pods there are left alone.
     for policy in by_kind(objects, "NetworkPolicy"):
-        assert policy["spec"]["podSelector"] == {"matchLabels": {names.MANAGED_BY: names.MANAGER}}
+        assert policy["spec"]["podSelector"] == {"matchLabels": names.managed_labels("paddlecloud")}
     egress = by_kind(objects, "NetworkPolicy")[1]
     assert egress["spec"]["egress"] == [
         {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
@@ -764,10 +767,11 @@ def test_shared_tenancy_makes_no_namespace_and_no_quota() -> None:
 
 
 def test_resource_quota_from_a_users_quota() -> None:
-    quota = manifests.resource_quota("paddle-alice", "alice", QUOTA)
+    quota = manifests.resource_quota("paddle-alice", "alice", QUOTA, "pc")
     assert quota is not None
     validate(quota)
     assert quota["metadata"]["name"] == names.QUOTA_NAME
+    assert quota["metadata"]["labels"][names.LABEL_RELEASE] == "pc"
     assert quota["spec"]["hard"] == {
         "requests.cpu": "8500m",
         "limits.cpu": "8500m",
@@ -776,10 +780,36 @@ def test_resource_quota_from_a_users_quota() -> None:
         "requests.nvidia.com/gpu": "4",
         "pods": "6000",
     }
-    no_gpus = manifests.resource_quota("paddle-alice", "alice", Quota(gpu=0))
+    no_gpus = manifests.resource_quota("paddle-alice", "alice", Quota(gpu=0), "pc")
     assert no_gpus is not None
     assert no_gpus["spec"]["hard"] == {"requests.nvidia.com/gpu": "0"}
-    assert manifests.resource_quota("paddle-alice", "alice", Quota(storage_bytes=5)) is None
+    assert manifests.resource_quota("paddle-alice", "alice", Quota(storage_bytes=5), "pc") is None
+
+
+def test_the_release_label_is_a_label_value_for_any_release() -> None:
+    assert names.release_label("paddlecloud") == "paddlecloud"
+    assert names.release_label("ml.prod") == "ml.prod"
+    long = "a-namespace-of-forty-characters-exactly.a-release-name-of-thirty"
+    label = names.release_label(long)
+    assert len(label) <= 63 and label.startswith(long[:54]) and label != names.release_label(long + "x")
+    assert names.release_label("team/prod") == f"team-prod-{hashlib.sha256(b'team/prod').hexdigest()[:8]}"
+    assert (
+        names.managed_selector("ml.prod") == f"{names.MANAGED_BY}=paddlecloud,{names.LABEL_RELEASE}=ml.prod"
+    )
+
+
+def test_the_tenant_binding_binds_the_tenant_role_to_the_service_only() -> None:
+    settings = settings_for(release="ml.prod", tenant_role="ml-prod-tenant")
+    binding = manifests.tenant_binding("paddle-alice", ("ml", "prod-jobs"), settings)
+    validate(binding)
+    assert binding["metadata"]["namespace"] == "paddle-alice"
+    assert binding["metadata"]["labels"][names.LABEL_RELEASE] == "ml.prod"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "ml-prod-tenant",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prod-jobs", "namespace": "ml"}]
 
 
 def test_limit_range_bounds_a_container_that_asks_for_nothing() -> None:
@@ -1115,43 +1145,61 @@ def test_trainers_wait_for_every_parameter_server(tmp_path: Path) -> None:
 # --- RBAC ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["per-user", "shared"])
-def test_rbac_is_least_privilege(mode: rbac.Mode) -> None:
-    role = rbac.role(mode, "paddlecloud-jobs", None if mode == "per-user" else "ml-jobs")
+@pytest.mark.parametrize("part", ["cluster", "tenant", "shared"])
+def test_rbac_is_least_privilege(part: rbac.Part) -> None:
+    role = rbac.role(part, "paddlecloud-jobs", "ml-jobs" if part == "shared" else None, "pc-tenant")
     validate(role)
-    assert role["kind"] == ("ClusterRole" if mode == "per-user" else "Role")
+    assert role["kind"] == ("Role" if part == "shared" else "ClusterRole")
     for rule in role["rules"]:
         assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
         assert not set(rule["verbs"]) & rbac.FORBIDDEN_VERBS
         assert not set(rule["resources"]) & rbac.FORBIDDEN_RESOURCES
-        assert "rbac.authorization.k8s.io" not in rule["apiGroups"]
-    granted = {(p.group, p.resource): set(p.verbs) for p in rbac.permissions(mode)}
+        if "bind" in rule["verbs"]:  # the tenant role, by name, and nothing else
+            assert rule == {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles"],
+                "resourceNames": ["pc-tenant"],
+                "verbs": ["bind"],
+            }
+    granted = {(p.group, p.resource): set(p.verbs) for p in rbac.permissions(part)}
+    if part == "cluster":
+        # Only what cannot be namespaced, and making its own RoleBindings.
+        assert granted == {
+            ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
+            ("rbac.authorization.k8s.io", "rolebindings"): {"create"},
+            ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
+        }
+        return
+    assert all(p.scope == "namespaced" for p in rbac.permissions(part))
+    assert not any(p.group == "rbac.authorization.k8s.io" for p in rbac.permissions(part))
     assert granted[("", "secrets")].isdisjoint({"get", "list", "watch"}), "credentials are never read back"
     assert granted[("", "pods")] == {"get", "list", "watch"}
     assert granted[("", "pods/log")] == {"get"}
-    if mode == "shared":
-        assert all(p.scope == "namespaced" for p in rbac.permissions(mode))
-        assert ("", "namespaces") not in granted
-    else:
-        assert granted[("", "namespaces")] == {"get", "create", "patch", "delete"}
+    assert ("", "namespaces") not in granted
 
 
 def test_allowed_answers_for_recorded_requests() -> None:
     assert rbac.allowed("create", "", "namespaces", False, "per-user")
     assert not rbac.allowed("create", "", "namespaces", False, "shared")
     assert rbac.allowed("delete", "", "namespaces", False, "per-user")  # a deleted user's
-    assert not rbac.allowed("list", "", "namespaces", False, "per-user")
+    assert rbac.allowed("watch", "", "namespaces", False, "per-user")  # the release's, by label
     assert rbac.allowed("create", "batch", "jobs", True, "shared")
-    assert rbac.allowed("watch", "", "pods", False, "per-user"), (
-        "per user, pods are watched across namespaces"
-    )
-    assert not rbac.allowed("watch", "", "pods", False, "shared")
+    assert rbac.allowed("watch", "", "pods", True, "per-user")
+    for mode in ("per-user", "shared"):
+        assert not rbac.allowed("watch", "", "pods", False, mode), "never across namespaces"
+        assert not rbac.allowed("list", "", "configmaps", False, mode), "never across namespaces"
     assert not rbac.allowed("create", "", "pods", True, "per-user")
     assert not rbac.allowed("get", "", "secrets", True, "per-user")
     assert rbac.allowed("create", "", "secrets", True, "per-user")
     assert not rbac.allowed("create", "", "pods/exec", True, "per-user")
     assert rbac.allowed("get", "", "pods/log", True, "shared")
     assert not rbac.allowed("get", "apps", "jobs", True, "per-user"), "the group matters"
+    rbac_group = "rbac.authorization.k8s.io"
+    assert rbac.allowed("create", rbac_group, "rolebindings", True, "per-user")
+    assert not rbac.allowed("create", rbac_group, "rolebindings", True, "shared")
+    assert rbac.allowed("bind", rbac_group, "clusterroles", False, "per-user", "t", tenant_role="t")
+    assert not rbac.allowed("bind", rbac_group, "clusterroles", False, "per-user", "admin", tenant_role="t")
+    assert not rbac.allowed("bind", rbac_group, "clusterroles", False, "per-user", None, tenant_role="t")
 
 
 def test_every_job_object_is_one_the_service_may_create() -> None:
@@ -1167,9 +1215,14 @@ def test_every_job_object_is_one_the_service_may_create() -> None:
         "Namespace": "namespaces",
         "ResourceQuota": "resourcequotas",
         "LimitRange": "limitranges",
+        "RoleBinding": "rolebindings",
     }
+    groups["rbac.authorization.k8s.io/v1"] = "rbac.authorization.k8s.io"
     for mode in ("per-user", "shared"):
         settings = settings_for(namespace_mode=mode)
-        for obj in manifests.all_objects(plan) + manifests.tenancy_objects(USER, QUOTA, settings):
+        objects = manifests.all_objects(plan) + manifests.tenancy_objects(USER, QUOTA, settings)
+        if mode == "per-user":
+            objects.append(manifests.tenant_binding("paddle-alice", ("pc", "pc-jobs"), settings))
+        for obj in objects:
             namespaced = obj["kind"] != "Namespace"
             assert rbac.allowed("create", groups[obj["apiVersion"]], plural[obj["kind"]], namespaced, mode)

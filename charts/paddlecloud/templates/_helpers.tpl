@@ -144,3 +144,29 @@ hostPath:
   type: Directory
 {{- end -}}
 {{- end -}}
+
+{{/*
+Which installation the jobs service is (jobs.kubernetes.release), and the label value
+every object it makes carries (paddlecloud.org/release), as services/jobs/kube/names.py's
+release_label computes it: the value itself up to 63 characters, else its first 54, "-"
+and 8 hex of its sha256.
+*/}}
+{{- define "paddlecloud.release" -}}
+{{- printf "%s.%s" .Release.Namespace .Release.Name -}}
+{{- end -}}
+{{- define "paddlecloud.releaseLabel" -}}
+{{- $release := include "paddlecloud.release" . -}}
+{{- if le (len $release) 63 -}}
+{{- $release -}}
+{{- else -}}
+{{- printf "%s-%s" (trunc 54 $release | trimAll "-.") (sha256sum $release | trunc 8) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cluster-scoped names carry the release's namespace: two releases of one name may coexist. */}}
+{{- define "paddlecloud.jobsClusterName" -}}
+{{- printf "%s-%s-jobs" .Release.Namespace (include "paddlecloud.fullname" .) -}}
+{{- end -}}
+{{- define "paddlecloud.tenantRole" -}}
+{{- printf "%s-tenant" (include "paddlecloud.jobsClusterName" .) -}}
+{{- end -}}

@@ -2,6 +2,10 @@
 
 - `start` makes the user's namespace ready (tenancy: quota, limits, network policy),
   then creates the job's owner ConfigMap and the objects it owns (manifests.py).
+- Ownership: everything made carries this installation's release label, and only what
+  carries it is watched, adopted, swept or deleted. Per user, the service's rights in a
+  namespace come from the RoleBinding it makes there right after the namespace; a
+  namespace of that name it did not make is left alone, and the job waits saying why.
   Creating is idempotent: a 409 reads the object back and adopts it when it carries
   this job's id, so a retry or a restart converges.
 - `observe`, `workers` and `logs` read the watch cache (cache.py); nothing polls the
@@ -69,16 +73,21 @@ from ..records import JobRecord
 from ..spec import JobSpec
 from . import logs as kubelogs
 from . import manifests
-from .cache import Informer
+from .cache import Fleet, Informer, KindView
 from .judge import CREATE_FAILED, VOLUME_FAILED, Observed, Recorded, Rules, exit_words, iso, judge
 from .names import (
     ANNOTATION_USER,
     LABEL_JOB_ID,
+    LABEL_RELEASE,
+    MANAGED_BY,
+    MANAGER,
     QUOTA_NAME,
+    is_ours,
     managed_selector,
     namespace_for,
     owner_name,
     pserver_name,
+    release_label,
 )
 from .pods import Attempt, attempts_of, main_status, worker_of
 from .pods import meta as _meta
@@ -87,6 +96,9 @@ from .pods import status as _status
 log = structlog.get_logger("paddlecloud.jobs.kube")
 
 KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
+# How long a namespace's new RoleBinding may take to reach the API server's RBAC
+# authorizer (it reads bindings from a watch cache) before a 403 there counts.
+BINDING_SETTLE_SECONDS = 5.0
 # Kubernetes' StatusCause of a create refused in a namespace that is being deleted.
 NAMESPACE_TERMINATING = "NamespaceTerminating"
 # How RBAC's authorizer words a refusal (k8s.io/apiserver's forbiddenMessage).
@@ -138,7 +150,14 @@ class KubernetesBackend(Backend):
         self._settings = config.jobs.kubernetes
         self._store = store
         self._kube: Kube | None = None
-        self._informers: dict[str, Informer] = {}
+        # Each kind's cache over the namespaces watched (KindView), and in per-user mode
+        # the Namespace informer that says which those are.
+        self._informers: dict[str, KindView | Informer] = {}
+        self._fleet: Fleet | None = None
+        self._preparing: set[str] = set()  # namespaces being made: watched once their rights are
+        # The service's own ServiceAccount (namespace, name), the subject of the tenant
+        # RoleBindings; None once asked and the credentials are not a ServiceAccount's.
+        self._account: tuple[str, str] | bool | None = False
         self._tasks: list[asyncio.Task[None]] = []
         self._tenancy: dict[str, Quota | None] = {}  # namespace → the quota it was given
         self._users: dict[str, str] = {}  # namespace → user, for the quota sync
@@ -167,25 +186,58 @@ class KubernetesBackend(Backend):
         return self._settings.namespace_mode == "shared"
 
     async def open(self) -> None:
+        """Watch this release's objects: in shared mode in the one namespace; per user in
+        each namespace of this release (a Namespace informer on the release's labels adds
+        and drops them), as the service may list and watch nothing cluster-wide but them."""
         self._kube = await Kube.connect(self._settings)
-        scope = self._settings.namespace if self._shared() else None
-        for kind in KINDS:
-            informer = Informer(
+        selector = managed_selector(self._settings.release)
+        namespaces = None
+        if not self._shared():
+            namespaces = Informer(
                 self._kube,
-                kind,
-                scope,
-                managed_selector(),
+                "Namespace",
+                None,
+                selector,
                 max_backoff=self._settings.max_backoff_seconds,
-                on_change=self._changed if kind == "Pod" else None,
+                on_change=self._namespace_changed,
             )
-            self._informers[kind] = informer
-            self._keep_running(f"kube-watch-{kind}", informer.run)
+        self._fleet = Fleet(
+            self._kube,
+            KINDS,
+            selector,
+            max_backoff=self._settings.max_backoff_seconds,
+            start=self._supervised,
+            on_change={"Pod": self._changed},
+            known=namespaces.synced if namespaces is not None else None,
+        )
+        self._informers = dict(self._fleet.views)
+        if namespaces is None:
+            self._fleet.add(self._settings.namespace)
+        else:
+            self._informers["Namespace"] = namespaces
+            self._keep_running("kube-watch-Namespace", namespaces.run)
         self._keep_running("kube-quota-sync", self._sync_quotas)
         try:
             await asyncio.wait_for(self._synced(), self._settings.request_timeout_seconds)
         except TimeoutError:
             log.warning("kubernetes_not_synced", host=self._kube.host, error=self._api_error())
         log.info("kubernetes_backend_open", host=self._kube.host, mode=self._settings.namespace_mode)
+
+    def _namespace_changed(self, kind: str, namespace: dict[str, Any]) -> None:
+        """A namespace of this release came or went: watch its objects, or stop. One being
+        made is watched once its RoleBinding grants the rights (`_ensure_tenancy`)."""
+        name = str(_meta(namespace).get("name") or "")
+        if self._fleet is None or not name:
+            return
+        if kind == "DELETED":
+            self._fleet.discard(name)
+        elif name not in self._preparing:
+            self._fleet.add(name)
+
+    def _supervised(self, name: str, start: Callable[[], Coroutine[Any, Any, None]]) -> asyncio.Task[None]:
+        return asyncio.create_task(
+            restarting(f"{name}-run", start, max_backoff=self._settings.max_backoff_seconds), name=name
+        )
 
     async def _synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self._informers.values()))
@@ -205,6 +257,8 @@ class KubernetesBackend(Backend):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._fleet is not None:
+            await asyncio.gather(*self._fleet.close(), return_exceptions=True)
         await self._spawned.cancel()
         self._tasks.clear()
         if self._kube is not None:
@@ -356,7 +410,7 @@ class KubernetesBackend(Backend):
         """The backend record of a job whose objects exist although the store does not
         say so (the service stopped between creating them and recording it), or None."""
         owner = await self.kube.get("ConfigMap", self.namespace(job.owner), owner_name(job.name))
-        if owner is None or (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID) != job.id:
+        if owner is None or not self._is_job(owner, job.id):
             return None
         return {"namespace": self.namespace(job.owner), "owner_uid": str(_meta(owner)["uid"])}
 
@@ -372,7 +426,7 @@ class KubernetesBackend(Backend):
         existing = await self.kube.get(kind, meta.get("namespace"), meta["name"])
         if existing is None:
             return await self.kube.create(manifest)
-        if (_meta(existing).get("labels") or {}).get(LABEL_JOB_ID) != job_id:
+        if not self._is_job(existing, job_id):
             whose = (_meta(existing).get("annotations") or {}).get(ANNOTATION_USER)
             if (
                 self._shared()
@@ -389,18 +443,121 @@ class KubernetesBackend(Backend):
             )
         return existing
 
+    def _is_job(self, obj: dict[str, Any], job_id: str) -> bool:
+        """Whether `obj` was made for the job `job_id` by this release."""
+        return (_meta(obj).get("labels") or {}).get(LABEL_JOB_ID) == job_id and is_ours(
+            obj, self._settings.release
+        )
+
     async def _ensure_tenancy(self, user: str) -> None:
         """The user's namespace with its quota, limits and network policy (once per
-        process per namespace; a quota change is applied by _sync_quotas)."""
+        process per namespace; a quota change is applied by _sync_quotas). Per user, the
+        namespace must be this release's (`_own_namespace`), and the service's rights in it
+        come from a RoleBinding it makes there first (`_bind_tenant`)."""
         namespace = self.namespace(user)
         stored = await self._store.get_user(user)
         quota = stored.quota if stored is not None else Quota()
         if self._tenancy.get(namespace, "unset") == quota:
             return
-        for manifest in manifests.tenancy_objects(user, quota, self._settings):
-            await self._apply(manifest)
+        objects = manifests.tenancy_objects(user, quota, self._settings)
+        if self._shared():
+            for manifest in objects:
+                await self._apply(manifest)
+        else:
+            self._preparing.add(namespace)
+            try:
+                await self._own_namespace(objects[0])
+                bound = await self._bind_tenant(namespace)
+                for number, manifest in enumerate(objects[1:]):
+                    await self._apply_settling(manifest, settle=bound and number == 0)
+            finally:
+                self._preparing.discard(namespace)
+            if self._fleet is not None:
+                self._fleet.add(namespace)
         self._tenancy[namespace] = quota
         self._users[namespace] = user
+
+    async def _own_namespace(self, manifest: dict[str, Any]) -> None:
+        """Create the user's namespace, or bring its labels to `manifest` when this release
+        made it. One it did not make (another release's, a team's that happens to be named
+        `<prefix><user>`) is left exactly as it is, and the job waits, saying why."""
+        name = manifest["metadata"]["name"]
+        try:
+            await self.kube.create(manifest)
+            return
+        except Conflict:
+            pass
+        existing = await self.kube.get("Namespace", None, name)
+        if existing is None:  # deleted in between: made again
+            await self.kube.create(manifest)
+            return
+        if not is_ours(existing, self._settings.release):
+            raise NotYet(self._not_ours(name, existing))
+        patch = {"metadata": {"labels": manifest["metadata"].get("labels") or {}}}
+        await self.kube.patch("Namespace", None, name, patch)
+
+    def _not_ours(self, namespace: str, existing: dict[str, Any]) -> str:
+        self._tenancy.pop(namespace, None)
+        labels = _meta(existing).get("labels") or {}
+        other = labels.get(LABEL_RELEASE)
+        if other:
+            whose = f"another PaddleCloud installation's (release {other})"
+        elif labels.get(MANAGED_BY) == MANAGER:
+            whose = (
+                "a PaddleCloud namespace without a release label (an earlier version's: "
+                "label it, docs/kubernetes.md)"
+            )
+        else:
+            whose = "not PaddleCloud's"
+        return (
+            f"the namespace {namespace} exists and was not made by this installation "
+            f"(release {release_label(self._settings.release)}): it is {whose}, and nothing in it is "
+            "changed. An administrator can rename the user, change jobs.kubernetes.namespacePrefix, "
+            "or remove that namespace; the job starts once the name is free"
+        )
+
+    async def _bind_tenant(self, namespace: str) -> bool:
+        """Grant the service its rights in `namespace`: a RoleBinding there to the tenant
+        ClusterRole, for its own ServiceAccount. False when its credentials are no
+        ServiceAccount's (an administrator's kubeconfig on one machine): nothing to bind."""
+        account = await self._own_account()
+        if account is None:
+            return False
+        try:
+            await self.kube.create(manifests.tenant_binding(namespace, account, self._settings))
+        except Conflict:
+            pass  # made by an earlier try: its roleRef and subject cannot have changed (the VAP)
+        return True
+
+    async def _own_account(self) -> tuple[str, str] | None:
+        if self._account is False:
+            if self._settings.service_account:
+                namespace, _, name = self._settings.service_account.partition("/")
+                self._account = (namespace, name)
+            else:
+                user = await self.kube.whoami()
+                parts = user.split(":")
+                if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+                    self._account = (parts[2], parts[3])
+                else:
+                    log.warning("kube_not_a_service_account", user=user)
+                    self._account = None
+        return self._account if isinstance(self._account, tuple) else None
+
+    async def _apply_settling(self, manifest: dict[str, Any], *, settle: bool) -> None:
+        """`_apply`; right after a RoleBinding was made, RBAC's 403 is tried again for a
+        few seconds, until the authorizer has seen the binding."""
+        deadline = time.monotonic() + BINDING_SETTLE_SECONDS
+        tries = 0
+        while True:
+            try:
+                await self._apply(manifest)
+                return
+            except Forbidden as exc:
+                tries += 1
+                if not settle or time.monotonic() > deadline or not _RBAC_REFUSAL.search(str(exc)):
+                    raise
+                await asyncio.sleep(min(0.05 * 2**tries, 1.0))
 
     async def _apply(self, manifest: dict[str, Any]) -> None:
         """Create, or bring an existing object's spec and labels to `manifest`."""
@@ -421,11 +578,13 @@ class KubernetesBackend(Backend):
         while True:
             await asyncio.sleep(self._settings.quota_sync_seconds)
             for namespace, user in list(self._users.items()):
+                if not self._shared() and (self._fleet is None or namespace not in self._fleet.informers):
+                    continue  # not (or no longer) this release's namespace: never touched
                 try:
                     stored = await self._store.get_user(user)
                     quota = stored.quota if stored is not None else Quota()
                     if self._tenancy.get(namespace) != quota and not self._shared():
-                        manifest = manifests.resource_quota(namespace, user, quota)
+                        manifest = manifests.resource_quota(namespace, user, quota, self._settings.release)
                         if manifest is not None:
                             await self._apply(manifest)
                         else:
@@ -748,7 +907,9 @@ class KubernetesBackend(Backend):
 
     async def stop(self, job: JobRecord, grace_seconds: float, reason: str | None = None) -> None:
         # Nothing here records the end: the service records KILLED with `reason` itself.
-        if not job.backend:
+        # A job that only waited (its backend record says why) made nothing: its user's
+        # namespace may not even be this release's to touch.
+        if not _created(job):
             return
         self._stopped.add(job.id)
         try:
@@ -763,19 +924,24 @@ class KubernetesBackend(Backend):
             self._kept.pop(job.id, None)
 
     async def remove(self, job: JobRecord) -> None:
-        if job.backend:
+        if _created(job):
             await self._delete(job, grace_seconds=None)
         self._kept.pop(job.id, None)
         self._finishing.pop(job.id, None)
 
     async def forget_user(self, user: str) -> None:
-        """A deleted user's namespace goes, with its quota and everything left in it."""
+        """A deleted user's namespace goes, with its quota and everything left in it, when
+        this release made it; one it did not make is never deleted."""
         namespace = self.namespace(user)
         self._tenancy.pop(namespace, None)
         self._users.pop(namespace, None)
         self._warnings.pop(namespace, None)
-        if not self._shared():
-            await self.kube.delete("Namespace", None, namespace)
+        if self._shared():
+            return
+        existing = await self.kube.get("Namespace", None, namespace)
+        if existing is None or not is_ours(existing, self._settings.release):
+            return
+        await self.kube.delete("Namespace", None, namespace, uid=_meta(existing).get("uid"))
 
     async def sweep(self, keep: set[str]) -> int:
         """Delete the objects of every job not in `keep` (active job ids): leftovers of a
@@ -784,7 +950,7 @@ class KubernetesBackend(Backend):
         swept = 0
         for owner in self._informers["ConfigMap"].all():
             job_id = (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID)
-            if not job_id or job_id in keep:
+            if not job_id or job_id in keep or not is_ours(owner, self._settings.release):
                 continue
             job = await self._store.get_job_by_id(job_id)
             meta = _meta(owner)
@@ -800,6 +966,12 @@ class KubernetesBackend(Backend):
         if swept:
             log.info("kube_objects_swept", jobs=swept)
         return swept
+
+
+def _created(job: JobRecord) -> bool:
+    """Whether `start` made the job's objects (its record names their namespace), rather
+    than the job only waited or was never started."""
+    return bool(job.backend) and "waiting" not in job.backend
 
 
 def _refused(exc: KubeError) -> str:

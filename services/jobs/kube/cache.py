@@ -1,8 +1,9 @@
 """What the backend knows of the cluster: one list-then-watch per kind, kept in memory.
 
-Each `Informer` lists its kind (cluster-wide over the managed label, or in the shared
-namespace), then watches from the list's resourceVersion. A watch that ends (at its
-timeout) starts again from the last resourceVersion seen; one answered 410 Gone lists
+Each `Informer` lists its kind in one namespace (or, for Namespaces, the cluster) over
+the release's labels, then watches from the list's resourceVersion; a `Fleet` keeps one
+per kind in each namespace the service owns, and `KindView` reads a kind across them. A
+watch that ends (at its timeout) starts again from the last resourceVersion seen; one answered 410 Gone lists
 again, so no transition is missed: the list is the truth, and the cache is replaced by
 it. Failures back off from 0.2 s to `max_backoff_seconds` with full jitter, and `error`
 says what is wrong meanwhile, for the job's reason. Anything else that goes wrong ends
@@ -171,3 +172,121 @@ class Informer:
             self._put(obj)
         await self._notify(str(kind), obj)
         return version
+
+
+class _Synced:
+    """`synced` of a kind across namespaces: set once the namespaces are known and every
+    namespace's informer of the kind has listed (asked again as namespaces come)."""
+
+    def __init__(self, known: asyncio.Event, parts: Callable[[], list[asyncio.Event]]) -> None:
+        self._known = known
+        self._parts = parts
+
+    def is_set(self) -> bool:
+        return self._known.is_set() and all(part.is_set() for part in self._parts())
+
+    async def wait(self) -> None:
+        while not self.is_set():
+            await self._known.wait()
+            for part in self._parts():
+                await part.wait()
+
+
+class KindView:
+    """One kind's objects over every namespace a `Fleet` watches, with an `Informer`'s
+    interface (`of_job`, `all`, `synced`, `error`, `refused`), so the backend reads the
+    cache alike whether it watches one namespace or many."""
+
+    def __init__(self, fleet: Fleet, kind: str) -> None:
+        self.kind = kind
+        self._fleet = fleet
+        self.synced = _Synced(fleet.known, lambda: [i.synced for i in self._parts()])
+
+    def _parts(self) -> list[Informer]:
+        return [kinds[self.kind] for kinds in list(self._fleet.informers.values())]
+
+    def of_job(self, job_id: str) -> list[dict[str, Any]]:
+        return [obj for part in self._parts() for obj in part.of_job(job_id)]
+
+    def all(self) -> list[dict[str, Any]]:
+        return [obj for part in self._parts() for obj in part.all()]
+
+    @property
+    def error(self) -> str | None:
+        return next((part.error for part in self._parts() if part.error), None)
+
+    @property
+    def refused(self) -> bool:
+        return any(part.error and part.refused for part in self._parts())
+
+
+Start = Callable[[str, Callable[[], Any]], "asyncio.Task[None]"]
+
+
+class Fleet:
+    """Informers of `kinds` in each namespace of a changing set: the service may list and
+    watch its objects only in the namespaces it owns (their RoleBinding grants it), never
+    across the cluster. `add` starts a namespace's informers (each a task from `start`,
+    which the backend supervises with `restarting`), `discard` stops them and drops their
+    objects; `known` is set once the set of namespaces has been read (the Namespace
+    informer's `synced`; a fixed set when not given)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        kinds: tuple[str, ...],
+        selector: str,
+        *,
+        max_backoff: float,
+        start: Start,
+        on_change: dict[str, Callable[[str, dict[str, Any]], None]] | None = None,
+        known: asyncio.Event | None = None,
+    ) -> None:
+        self._kube = kube
+        self._kinds = kinds
+        self._selector = selector
+        self._max_backoff = max_backoff
+        self._start = start
+        self._on_change = on_change or {}
+        self.informers: dict[str, dict[str, Informer]] = {}  # namespace → kind → informer
+        self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        if known is None:  # a fixed set: known from the start
+            known = asyncio.Event()
+            known.set()
+        self.known = known
+        self.views = {kind: KindView(self, kind) for kind in kinds}
+
+    def add(self, namespace: str) -> None:
+        if namespace in self.informers:
+            return
+        kinds = {
+            kind: Informer(
+                self._kube,
+                kind,
+                namespace,
+                self._selector,
+                max_backoff=self._max_backoff,
+                on_change=self._on_change.get(kind),
+            )
+            for kind in self._kinds
+        }
+        self.informers[namespace] = kinds
+        self._tasks[namespace] = [
+            self._start(f"kube-watch-{kind}-{namespace}", informer.run) for kind, informer in kinds.items()
+        ]
+        log.info("namespace_watched", namespace=namespace)
+
+    def discard(self, namespace: str) -> None:
+        for task in self._tasks.pop(namespace, []):
+            task.cancel()
+        if self.informers.pop(namespace, None) is not None:
+            log.info("namespace_unwatched", namespace=namespace)
+
+    def close(self) -> list[asyncio.Task[None]]:
+        """Cancel every namespace's informers; the tasks, to await."""
+        tasks = [task for tasks in self._tasks.values() for task in tasks]
+        for task in tasks:
+            task.cancel()
+        self._tasks.clear()
+        self.informers.clear()
+        return tasks

@@ -131,7 +131,7 @@ def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> lis
     the policies select only PaddleCloud's pods, leaving the operator's own alone."""
     namespace = namespace_of(user, settings)
     shared = settings.namespace_mode == "shared"
-    labels = {names.MANAGED_BY: names.MANAGER}
+    labels = names.managed_labels(settings.release)
     annotations: dict[str, str] = {}
     if not shared:
         labels[names.LABEL_USER] = names.user_label(user)
@@ -157,14 +157,14 @@ def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> lis
                 ),
             }
         )
-        quota_object = resource_quota(namespace, user, quota)
+        quota_object = resource_quota(namespace, user, quota, settings.release)
         if quota_object is not None:
             objects.append(quota_object)
     objects.append(_limit_range(namespace, labels, annotations, settings))
 
     def pods() -> dict[str, Any]:
         # Per-user: every pod of the namespace is ours. Shared: only ours.
-        return {"matchLabels": {names.MANAGED_BY: names.MANAGER}} if shared else {}
+        return {"matchLabels": names.managed_labels(settings.release)} if shared else {}
 
     objects.append(
         {
@@ -196,7 +196,25 @@ def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> lis
     return objects
 
 
-def resource_quota(namespace: str, user: str, quota: Quota) -> dict[str, Any] | None:
+def tenant_binding(namespace: str, account: tuple[str, str], settings: KubernetesSection) -> dict[str, Any]:
+    """The RoleBinding that gives the service (`account`: its ServiceAccount's namespace
+    and name) its rights in a namespace it made: the tenant ClusterRole the chart installs,
+    bound there only. Its cluster-wide rights let it create RoleBindings with `bind` on
+    that one ClusterRole, and the chart's ValidatingAdmissionPolicy admits no other."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(names.TENANT_BINDING, namespace, names.managed_labels(settings.release), {}),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": settings.tenant_role,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account[1], "namespace": account[0]}],
+    }
+
+
+def resource_quota(namespace: str, user: str, quota: Quota, release: str) -> dict[str, Any] | None:
     """The ResourceQuota of a per-user namespace from the user's Quota; None when the
     quota limits none of what it covers (delete an existing one then). Apply it again,
     whole, when an admin changes the quota.
@@ -220,7 +238,7 @@ def resource_quota(namespace: str, user: str, quota: Quota) -> dict[str, Any] | 
         hard["pods"] = str(quota.jobs * (MAX_PSERVERS + MAX_TRAINERS))
     if not hard:
         return None
-    labels = {names.MANAGED_BY: names.MANAGER, names.LABEL_USER: names.user_label(user)}
+    labels = names.managed_labels(release) | {names.LABEL_USER: names.user_label(user)}
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
@@ -365,7 +383,9 @@ def _metadata(
 
 def _labels(plan: JobPlan, role: str) -> dict[str, str]:
     job = plan.launch.job
-    return names.job_labels(job.owner, plan.launch.spec.name, job.id) | {names.LABEL_ROLE: role}
+    return names.job_labels(job.owner, plan.launch.spec.name, job.id, plan.settings.release) | {
+        names.LABEL_ROLE: role
+    }
 
 
 def _job_metadata(plan: JobPlan, name: str, role: str, *, owned: bool = True) -> dict[str, Any]:

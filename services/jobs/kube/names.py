@@ -27,6 +27,9 @@ import re
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "paddlecloud"
+# Which installation made it (release_label of `jobs.kubernetes.release`): a service
+# watches, adopts, sweeps and deletes only what carries its own.
+LABEL_RELEASE = "paddlecloud.org/release"
 LABEL_USER = "paddlecloud.org/user"  # user_label(): a label-safe form of the name
 LABEL_JOB = "paddlecloud.org/job"  # the job's name
 LABEL_JOB_ID = "paddlecloud.org/job-id"  # the store's id: tells a resubmitted name apart
@@ -49,7 +52,11 @@ POD_INDEX = "apps.kubernetes.io/pod-index"
 INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 MAX_LABEL = 63
+# The RoleBinding the service makes in each namespace it owns (per-user mode), to the
+# tenant ClusterRole, for its own ServiceAccount.
+TENANT_BINDING = "paddlecloud-jobs"
 
 
 def _suffix(text: str) -> str:
@@ -93,10 +100,32 @@ def registry_secret_name(job: str) -> str:
     return f"{job}-registry"
 
 
-def job_labels(user: str, job: str, job_id: str) -> dict[str, str]:
-    return {MANAGED_BY: MANAGER, LABEL_USER: user_label(user), LABEL_JOB: job, LABEL_JOB_ID: job_id}
+def release_label(release: str) -> str:
+    """The value of LABEL_RELEASE for the setting `release`: itself when it is a label
+    value, else its first 54 characters cleaned, `-` and 8 hex of its sha256 (the chart's
+    `paddlecloud.releaseLabel` computes the same for "<namespace>.<name>")."""
+    if _LABEL_VALUE.match(release) and len(release) <= MAX_LABEL:
+        return release
+    body = re.sub(r"[^A-Za-z0-9._-]+", "-", release)[:54].strip("-._")
+    return f"{body}-{_suffix(release)}" if body else _suffix(release)
 
 
-def managed_selector() -> str:
-    """The label selector of every object this backend made."""
-    return f"{MANAGED_BY}={MANAGER}"
+def managed_labels(release: str) -> dict[str, str]:
+    """The labels every object of this installation carries."""
+    return {MANAGED_BY: MANAGER, LABEL_RELEASE: release_label(release)}
+
+
+def job_labels(user: str, job: str, job_id: str, release: str) -> dict[str, str]:
+    return managed_labels(release) | {LABEL_USER: user_label(user), LABEL_JOB: job, LABEL_JOB_ID: job_id}
+
+
+def managed_selector(release: str) -> str:
+    """The label selector of every object this installation's backend made."""
+    return f"{MANAGED_BY}={MANAGER},{LABEL_RELEASE}={release_label(release)}"
+
+
+def is_ours(obj: dict[str, object], release: str) -> bool:
+    """Whether `obj` (a namespace, a job's owner) was made by this installation."""
+    meta = obj.get("metadata")
+    labels = (meta.get("labels") if isinstance(meta, dict) else None) or {}
+    return isinstance(labels, dict) and labels.get(LABEL_RELEASE) == release_label(release)

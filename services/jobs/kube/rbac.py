@@ -1,21 +1,30 @@
 """What the jobs service may do on the Kubernetes API, written once, as data.
 
-`PERMISSIONS` is the whole list for per-user mode, each entry saying why it is needed;
-`permissions("shared")` keeps only what a namespace's Role can grant. `policy_rules`
-renders them as the rules of a ClusterRole or Role (the Helm chart renders from it),
-`role` as the whole object, and `allowed` answers for one request, so a test can check
-every request the backend made against the list.
+Three parts, each rendered into the Helm chart (scripts/chart_rbac.py) and each entry
+saying why it is needed:
+- `CLUSTER_PERMISSIONS` (per-user mode, a ClusterRole bound cluster-wide): only what
+  cannot be namespaced. Namespaces (made as users appear, deleted with them) and making
+  RoleBindings, with `bind` on ONE ClusterRole, the tenant role, by `resourceNames`: the
+  service grants itself its rights in each namespace it makes, and nothing else. The
+  chart's ValidatingAdmissionPolicy then confines these to this release's namespaces:
+  the API server refuses a change to any namespace that lacks the release's label, and a
+  RoleBinding anywhere but there or to any other role.
+- `TENANT_PERMISSIONS` (per-user mode, the tenant ClusterRole, bound by that RoleBinding
+  in each of its namespaces only): everything a job needs, namespaced.
+- shared mode: the tenant rights as a Role in the one namespace; nothing cluster-wide.
+
+`policy_rules(part)` renders a part as rules (the cluster part with TENANT_ROLE where the
+tenant ClusterRole's name goes; the chart puts the release's there), `role` the whole
+object, and `allowed` answers for one request, so a test can check every request the
+backend made against the list.
 
 Least privilege, and what it rules out: no wildcard anywhere; Secrets may be written
 but never read or listed (the registry credentials go one way); pods are only watched
 and their logs read, never created, exec'ed or attached to (their controllers create
-them); nothing that grants rights (`escalate`, `bind`, `impersonate`, RBAC objects).
+them); nothing that grants rights (`escalate`, `impersonate`), and `bind` only on the
+tenant ClusterRole by name; nothing namespaced is listed or watched across the cluster.
 Children are deleted by the garbage collector when their owner ConfigMap goes, so most
 kinds need no `delete`.
-
-Per-user mode needs a ClusterRole bound cluster-wide: the service makes namespaces as
-users appear, and granting rights in each one (a RoleBinding) would need `bind`. The
-namespaced rights then hold in every namespace; the shared mode confines them to one.
 """
 
 from __future__ import annotations
@@ -26,10 +35,16 @@ from typing import Any, Literal
 from . import names
 
 Mode = Literal["per-user", "shared"]
+Part = Literal["cluster", "tenant", "shared"]
 Scope = Literal["cluster", "namespaced"]
 
-# Verbs that never appear, whatever the entries below say (tests check it).
-FORBIDDEN_VERBS = frozenset({"*", "escalate", "bind", "impersonate"})
+# Where the tenant ClusterRole's name goes in the cluster part's rules (the chart
+# replaces it with the release's: `<release namespace>-<fullname>-jobs-tenant`).
+TENANT_ROLE = "PADDLECLOUD_TENANT_ROLE"
+
+# Verbs that never appear, whatever the entries below say (tests check it); `bind` only
+# with resourceNames.
+FORBIDDEN_VERBS = frozenset({"*", "escalate", "impersonate"})
 FORBIDDEN_RESOURCES = frozenset(
     {"*", "pods/exec", "pods/attach", "pods/portforward", "serviceaccounts/token"}
 )
@@ -45,16 +60,38 @@ class Permission:
     verbs: tuple[str, ...]
     scope: Scope
     why: str
+    names: tuple[str, ...] = ()  # resourceNames: only these objects
 
 
-PERMISSIONS: tuple[Permission, ...] = (
+CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "",
         "namespaces",
-        ("get", "create", "patch", "delete"),
+        ("get", "list", "watch", "create", "patch", "delete"),
         "cluster",
-        "a namespace per user, made on first use and deleted with the user",
+        "a namespace per user, made on first use and deleted with the user; watched for the "
+        "release's label, to follow jobs in each (the chart's admission policy refuses any "
+        "change to a namespace without it)",
     ),
+    Permission(
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        ("create",),
+        "namespaced",
+        "the service's own RoleBinding to the tenant role, in each namespace it made (the "
+        "admission policy refuses any other)",
+    ),
+    Permission(
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        ("bind",),
+        "cluster",
+        "binding the tenant role, and only it, without holding its rights cluster-wide",
+        names=(TENANT_ROLE,),
+    ),
+)
+
+TENANT_PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "",
         "resourcequotas",
@@ -116,54 +153,78 @@ PERMISSIONS: tuple[Permission, ...] = (
 )
 
 
-def permissions(mode: Mode) -> tuple[Permission, ...]:
-    """What the service needs in `mode`: all of PERMISSIONS per user; in shared mode the
-    namespaced ones, in the one namespace (an operator made it)."""
-    if mode == "per-user":
-        return PERMISSIONS
-    return tuple(p for p in PERMISSIONS if p.scope == "namespaced")
+# Every right, for the docs and the tests.
+PERMISSIONS = CLUSTER_PERMISSIONS + TENANT_PERMISSIONS
 
 
-def allowed(verb: str, group: str, resource: str, namespaced: bool, mode: Mode) -> bool:
+def permissions(part: Part) -> tuple[Permission, ...]:
+    """The rights of one part: the cluster-wide ones, the tenant ones (per user, bound
+    in each namespace the service made), or the shared namespace's Role (the same)."""
+    return CLUSTER_PERMISSIONS if part == "cluster" else TENANT_PERMISSIONS
+
+
+def allowed(
+    verb: str,
+    group: str,
+    resource: str,
+    namespaced: bool,
+    mode: Mode,
+    name: str | None = None,
+    tenant_role: str = TENANT_ROLE,
+) -> bool:
     """Whether a request the service made is within its rights in `mode`.
 
     `namespaced` says whether the request named a namespace (`/namespaces/<ns>/pods`)
-    or not (`/namespaces`, or `/pods` across every namespace). Per user, the rights are
-    bound cluster-wide, so a namespaced resource may also be listed and watched across
-    all namespaces; in shared mode only within the namespace."""
-    for permission in permissions(mode):
-        if (permission.group, permission.resource) != (group, resource) or verb not in permission.verbs:
-            continue
-        if permission.scope == "cluster":
-            return not namespaced
-        return namespaced or (mode == "per-user" and verb in ("list", "watch"))
+    or not (`/namespaces`, or `/pods` across every namespace); `name` the object, for a
+    right limited to some (`bind` on the tenant role). Nothing namespaced is listed or
+    watched across namespaces, in either mode: the tenant rights hold only in a namespace
+    (a RoleBinding there, or the shared namespace's Role)."""
+    parts: tuple[Part, ...] = ("cluster", "tenant") if mode == "per-user" else ("shared",)
+    for part in parts:
+        for permission in permissions(part):
+            if (permission.group, permission.resource) != (group, resource) or verb not in permission.verbs:
+                continue
+            if permission.names:
+                wanted = {tenant_role if n == TENANT_ROLE else n for n in permission.names}
+                if name not in wanted:
+                    continue
+            if permission.scope == "cluster":
+                return not namespaced
+            return namespaced
     return False
 
 
-def policy_rules(mode: Mode) -> list[dict[str, Any]]:
-    """The rules of the service's ClusterRole (per-user) or Role (shared), one per
-    resource, in the order of PERMISSIONS."""
-    return [
-        {"apiGroups": [p.group], "resources": [p.resource], "verbs": list(p.verbs)} for p in permissions(mode)
-    ]
+def policy_rules(part: Part, tenant_role: str = TENANT_ROLE) -> list[dict[str, Any]]:
+    """The rules of one part, one per resource, in the order of its list."""
+    rules = []
+    for p in permissions(part):
+        rule: dict[str, Any] = {"apiGroups": [p.group], "resources": [p.resource]}
+        if p.names:
+            rule["resourceNames"] = [tenant_role if n == TENANT_ROLE else n for n in p.names]
+        rule["verbs"] = list(p.verbs)
+        rules.append(rule)
+    return rules
 
 
-def role(mode: Mode, name: str, namespace: str | None = None) -> dict[str, Any]:
-    """The whole ClusterRole (per-user mode) or Role in `namespace` (shared mode)."""
-    if mode == "per-user":
+def role(
+    part: Part, name: str, namespace: str | None = None, tenant_role: str = TENANT_ROLE
+) -> dict[str, Any]:
+    """The whole ClusterRole (the cluster and tenant parts) or Role in `namespace` (shared)."""
+    labels = {names.MANAGED_BY: names.MANAGER}
+    if part != "shared":
         return {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": {names.MANAGED_BY: names.MANAGER}},
-            "rules": policy_rules(mode),
+            "metadata": {"name": name, "labels": labels},
+            "rules": policy_rules(part, tenant_role),
         }
     if namespace is None:
         raise ValueError("a shared mode Role needs the namespace")
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": {"name": name, "namespace": namespace, "labels": {names.MANAGED_BY: names.MANAGER}},
-        "rules": policy_rules(mode),
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "rules": policy_rules(part),
     }
 
 
