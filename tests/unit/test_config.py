@@ -61,7 +61,8 @@ def test_unknown_env_key_is_named() -> None:
         ),
         ("gateway:\n  default_quota: {gpu: -1}\n", "gateway.default_quota.gpu"),
         ("gateway:\n  default_quota: {jobs: yes}\n", "gateway.default_quota.jobs: expected a whole number"),
-        ("gateway:\n  default_quota: {disk: 1Gi}\n", "gateway.default_quota.disk"),
+        ("gateway:\n  default_quota: {disks: 1Gi}\n", "gateway.default_quota.disks"),
+        ("gateway:\n  default_quota: {disk: lots}\n", "gateway.default_quota.disk: 'lots' is not"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
@@ -109,7 +110,7 @@ def test_disk_bounds_take_quantities() -> None:
 
 def test_a_default_quota_for_new_users_from_the_file_or_the_environment(tmp_path) -> None:
     assert load_config(None, env={}).gateway.default_quota.model_dump() == dict.fromkeys(
-        ("cpu", "gpu", "memory", "jobs", "storage")
+        ("cpu", "gpu", "memory", "jobs", "storage", "disk")
     )
     path = tmp_path / "c.yaml"
     path.write_text("gateway:\n  default_quota: {cpu: 4, memory: 16Gi, jobs: 2}\n")
