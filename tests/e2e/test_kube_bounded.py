@@ -5,7 +5,7 @@ controllers (Job, StatefulSet) left them.
 
 - a job's `-disk` is the ephemeral-storage request and limit of every container of the
   pods the real controllers made, init containers too, and the sizeLimit of every
-  emptyDir; a job pulling with a user's registry Secret pulls Always;
+  emptyDir; an image pulled with a user's registry Secret is pulled Always;
 - the user's namespace holds the bound: its LimitRange gives a pod that asks for nothing
   the default disk and refuses one past the largest; its ResourceQuota counts a disk
   quota, which the service applies at submit and the real API server to the pods;
@@ -30,6 +30,7 @@ from paddlecloud.jobs.kube.names import DNS_STORAGE_POLICY, LABEL_JOB, LIMIT_RAN
 pytestmark = pytest.mark.slow
 
 Obj = dict[str, Any]
+IMAGE = "registry.example.com/team/paddle:1"
 OPENSHIFT_DNS = {
     "namespace_labels": {"kubernetes.io/metadata.name": "openshift-dns"},
     "pod_labels": {"dns.operator.openshift.io/daemonset-dns": "default"},
@@ -84,7 +85,11 @@ def test_disk_bounds_every_container_and_emptydir_and_a_registry_pulls_always(st
     trainer = kb.script(trainer=lambda pod: kube_real.PodScript(lines=("trained",), until=release))
     try:
         with k.kube.scripted(trainer):
-            k.submit("bounded", "-disk", "3Gi", "--pservers", "1", "--trainers", "2", "-registry", "myreg")
+            k.submit(
+                "bounded",
+                *("-disk", "3Gi", "--pservers", "1", "--trainers", "2"),
+                *("-registry", "myreg", "-image", IMAGE),
+            )
             query = {"labelSelector": f"{LABEL_JOB}=bounded"}
             pods = kb.wait(
                 lambda: (
@@ -103,13 +108,19 @@ def test_disk_bounds_every_container_and_emptydir_and_a_registry_pulls_always(st
         spec = pod["spec"]
         containers = [*spec["initContainers"], *spec["containers"]]
         assert len(containers) >= 2, spec  # unpack (and wait-pservers) besides the worker
+        assert spec["containers"][0]["image"] == IMAGE, spec
         for container in containers:
             for kind in ("requests", "limits"):
                 assert container["resources"][kind]["ephemeral-storage"] == "3Gi", (
                     pod["metadata"]["name"],
                     container,
                 )
-            assert container["imagePullPolicy"] == "Always", container
+            # The job's image, from the registry its credentials are for, is pulled Always;
+            # the init containers' busybox (Docker Hub's) as the settings say.
+            pulled_with_them = container["image"] == IMAGE
+            assert container["imagePullPolicy"] == ("Always" if pulled_with_them else "IfNotPresent"), (
+                container
+            )
         empty = [v for v in spec["volumes"] if "emptyDir" in v]
         assert empty and all(v["emptyDir"] == {"sizeLimit": "3Gi"} for v in empty), spec["volumes"]
     # The namespace's DNS egress: the cluster's DNS pods by selector, on any port.

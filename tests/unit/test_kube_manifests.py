@@ -330,9 +330,8 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
         assert init["resources"]["requests"] == wanted
     assert pod["volumes"][0] == {"name": manifests.WORK_VOLUME, "emptyDir": {"sizeLimit": spec.disk}}
     assert all("emptyDir" not in volume for volume in pod["volumes"][1:])
-    # Pulled with the user's credentials: checked with them on every start.
-    policy = "Always" if plan.registry is not None else settings.image_pull_policy
-    assert {c["imagePullPolicy"] for c in [*pod["initContainers"], main]} == {policy}
+    if plan.registry is None:  # with one: test_images_pulled_with_a_users_credentials_...
+        assert {c["imagePullPolicy"] for c in [*pod["initContainers"], main]} == {settings.image_pull_policy}
     init_names = [c["name"] for c in pod["initContainers"]]
     waits = role == names.ROLE_TRAINER and spec.pservers > 0
     assert init_names == ["unpack", *(["wait-pservers"] if waits else [])]
@@ -462,6 +461,40 @@ def test_the_job_network_policy_joins_its_own_pods_only() -> None:
         "ingress": [{"from": [own]}],
         "egress": [{"to": [own]}],
     }
+
+
+@pytest.mark.parametrize(
+    ("server", "image", "main", "init"),
+    [
+        # The job's image is in the registry its credentials are for; busybox is not.
+        ("registry.example.com:5000", "registry.example.com:5000/team/paddle:2.6", "Always", "IfNotPresent"),
+        (
+            "https://registry.example.com:5000/v2/",
+            "registry.example.com:5000/paddle",
+            "Always",
+            "IfNotPresent",
+        ),
+        # Credentials for another registry: the kubelet never sends them for these images.
+        ("registry.example.com:5000", "python:3.11-slim", "IfNotPresent", "IfNotPresent"),
+        # Docker Hub's: every image of this pod is pulled from there with them.
+        ("https://index.docker.io/v1/", "team/paddle:2.6", "Always", "Always"),
+    ],
+)
+def test_images_pulled_with_a_users_credentials_are_pulled_always(
+    server: str, image: str, main: str, init: str
+) -> None:
+    registry = Registry(owner=USER, name="private", server=server, username="bob", password="pw")
+    plan = make_plan(registry=registry, image=image)
+    for template in (
+        one(manifests.job_objects(plan), kind)["spec"]["template"] for kind in ("Job", "StatefulSet")
+    ):
+        (container,) = template["spec"]["containers"]
+        assert (container["image"], container["imagePullPolicy"]) == (image, main)
+        assert {c["imagePullPolicy"] for c in template["spec"]["initContainers"]} == {init}
+    # Without credentials, the setting, whatever the image.
+    plain = make_plan(image=image, settings=settings_for("pvc", image_pull_policy="Never"))
+    pod = one(manifests.job_objects(plain), "Job")["spec"]["template"]["spec"]
+    assert {c["imagePullPolicy"] for c in [*pod["initContainers"], *pod["containers"]]} == {"Never"}
 
 
 def test_registry_credentials_become_a_dockerconfigjson_secret() -> None:

@@ -19,9 +19,9 @@ docs/kubernetes.md explains the objects; the choices that matter when reading th
 - Every container, init containers too, requests and is limited to the job's `disk` of
   ephemeral storage, and the work emptyDir has it as its sizeLimit: the kubelet evicts
   a pod past either, before it fills the node's disk and other tenants' pods are evicted.
-- A job's images are pulled `Always` when the job names a registry: the kubelet checks
-  the job's credentials on every start, so an image one user pulled with theirs is never
-  run from the node's cache by another without any.
+- An image pulled with the job's registry credentials is pulled `Always`: the kubelet
+  checks the job's credentials on every start, so an image one user pulled with theirs is
+  never run from the node's cache by another without any.
 - POD_IP is the pod's stable DNS name, not its address: Paddle's fleet parameter server
   finds itself by looking up `POD_IP:PADDLE_PORT` in PADDLE_PSERVERS_IP_PORT_LIST, which
   holds DNS names (the only endpoints known before the pods exist).
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paddlecloud.common.config import DatacenterVolume, KubernetesSection
-from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson
+from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, image_host
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Quota, Registry
 
@@ -601,13 +601,16 @@ def _resources(plan: JobPlan, role: str, *, gpus: bool) -> dict[str, Any]:
     return {"requests": amount, "limits": limits}
 
 
-def _pull_policy(plan: JobPlan) -> str:
-    """`Always` for a pod that pulls with the user's registry Secret: with `IfNotPresent`
-    a node that holds the image from one user's pull runs it for anyone, credentials or
-    not, while `Always` makes the kubelet ask the registry with this pod's credentials
-    each time (a cheap manifest check when the layers are there). The Secret serves every
-    container of the pod, init containers too, so all of them get it."""
-    return "Always" if plan.registry is not None else plan.settings.image_pull_policy
+def _pull_policy(plan: JobPlan, image: str) -> str:
+    """`Always` for an image pulled with the user's registry Secret (the kubelet uses a
+    Secret's credentials for images of that registry only): with `IfNotPresent` a node
+    that holds the image from one user's pull runs it for anyone, credentials or not,
+    while `Always` makes the kubelet ask the registry with this pod's credentials each
+    time (a manifest check when the layers are there). Other images keep the setting."""
+    registry = plan.registry
+    if registry is not None and image_host(image) == host_of(registry.server):
+        return "Always"
+    return plan.settings.image_pull_policy
 
 
 def _main_container(plan: JobPlan, role: str) -> dict[str, Any]:
@@ -620,7 +623,7 @@ def _main_container(plan: JobPlan, role: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": _ROLE_LABEL[role],
         "image": plan.image,
-        "imagePullPolicy": _pull_policy(plan),
+        "imagePullPolicy": _pull_policy(plan, plan.image),
         "command": ["/bin/sh", "-c", _literal(command)],
         "workingDir": WORK_DIR,
         "env": _contract_env(plan, role),
@@ -669,7 +672,7 @@ def _unpack_container(plan: JobPlan, role: str) -> dict[str, Any]:
     return {
         "name": "unpack",
         "image": plan.settings.init_image,
-        "imagePullPolicy": _pull_policy(plan),
+        "imagePullPolicy": _pull_policy(plan, plan.settings.init_image),
         "command": ["/bin/sh", "-c", _literal(script)],
         "env": env,
         "resources": _resources(plan, role, gpus=False),
@@ -697,7 +700,7 @@ def _wait_container(plan: JobPlan) -> dict[str, Any]:
     return {
         "name": "wait-pservers",
         "image": plan.settings.init_image,
-        "imagePullPolicy": _pull_policy(plan),
+        "imagePullPolicy": _pull_policy(plan, plan.settings.init_image),
         "command": ["/bin/sh", "-c", _literal(script)],
         "env": [{"name": "PSERVERS", "value": endpoints}],
         "resources": _resources(plan, "TRAINER", gpus=False),
