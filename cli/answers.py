@@ -280,7 +280,7 @@ class Limit(Answer):
 class Quota(Answer):
     """Your usage against your limits, the GPUs your jobs hold and what the machine has free."""
 
-    RESOURCES: ClassVar[tuple[str, ...]] = ("cpu", "gpu", "memory", "jobs", "storage")
+    RESOURCES: ClassVar[tuple[str, ...]] = ("cpu", "gpu", "memory", "jobs", "storage", "disk")
 
     user: str | None = None
     cpu: Limit | None = None
@@ -288,6 +288,7 @@ class Quota(Answer):
     memory: Limit | None = None
     jobs: Limit | None = None
     storage: Limit | None = None
+    disk: Limit | None = None
     devices: list[dict[str, Any]] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
 

@@ -75,7 +75,7 @@ __all__ = [
 
 API_PREFIX = "/api/v1/"
 REQUEST_ID_HEADER = "X-Request-ID"
-QUOTA_KEYS = ("cpu", "gpu", "memory", "jobs", "storage")
+QUOTA_KEYS = ("cpu", "gpu", "memory", "jobs", "storage", "disk")
 USER_AGENT = f"paddlecloud/{__version__} aiohttp/{aiohttp.__version__}"
 NDJSON = "application/x-ndjson"
 # Jobs asked for per page when following `next_cursor` (the server allows 1-500).
@@ -308,7 +308,7 @@ class AsyncClient:
         )
 
     async def set_quota(self, name: str, **quota: str | int | None) -> User:
-        """Replace a user's quota (admin only): `cpu`, `memory`, `storage` as Kubernetes quantities
+        """Replace a user's quota (admin only): `cpu`, `memory`, `storage`, `disk` as Kubernetes quantities
         (`"4"`, `"500m"`, `"8Gi"`), `gpu` and `jobs` as integers; a key left out or None means
         unlimited. Returns the updated `User`."""
         unknown = sorted(set(quota) - set(QUOTA_KEYS))

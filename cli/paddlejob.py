@@ -63,6 +63,7 @@ SPEC_FIELDS = (
     "memory",
     "pscpu",
     "psmemory",
+    "disk",
     "passes",
     "topology",
     "env",
@@ -129,6 +130,7 @@ class PaddleJob:
     memory: str | None = None
     pscpu: str | int | float | None = None
     psmemory: str | None = None
+    disk: str | None = None
     passes: int | None = None
     image: str | None = None
     registry: str | None = None

@@ -36,6 +36,7 @@ DEFAULTS = {
     "memory": "1Gi",
     "pscpu": "1",
     "psmemory": "1Gi",
+    "disk": "1Gi",
 }
 MAX_NAME_LENGTH = 44
 NAME_SUFFIX_LENGTH = 5
@@ -115,6 +116,7 @@ def build_spec(args: argparse.Namespace, package: str) -> dict[str, Any]:
         "memory": args.memory,
         "pscpu": args.pscpu,
         "psmemory": args.psmemory,
+        "disk": args.disk,
         "passes": args.passes,
         "topology": args.topology,
         "env": parse_env(args.env) if args.env else None,
@@ -479,6 +481,8 @@ def _resources(spec: Mapping[str, Any], cpu: str, memory: str, gpu: str | None) 
     parts = [f"cpu {cell(spec.get(cpu))}", f"memory {cell(spec.get(memory))}"]
     if gpu is not None:
         parts.append(f"gpu {cell(spec.get(gpu))}")
+    if spec.get("disk") is not None:  # every worker's, pservers' too
+        parts.append(f"disk {cell(spec.get('disk'))}")
     return ", ".join(parts)
 
 
@@ -576,7 +580,7 @@ def quota_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _readable(resource: str, value: Any) -> Any:
     """A byte count the server spelled exactly (`435781`) as people read it (`425.6 KiB`)."""
     exact_bytes = isinstance(value, str) and value.isdigit() and int(value) >= 1024
-    if resource in ("memory", "storage") and exact_bytes:
+    if resource in ("memory", "storage", "disk") and exact_bytes:
         return human_size(int(value))
     return value
 
@@ -877,6 +881,13 @@ def add_submit_flags(parser: ArgumentParser) -> None:
     )
     add_flag(sizes, "pscpu", type=_quantity, metavar="Q", help="CPUs per parameter server")
     add_flag(sizes, "psmemory", type=_quantity, metavar="Q", help="memory per parameter server")
+    add_flag(
+        sizes,
+        "disk",
+        type=_quantity,
+        metavar="Q",
+        help="scratch space per worker (working directory, files outside PFS), such as 10Gi",
+    )
 
     run = parser.add_argument_group("how to submit")
     add_flag(

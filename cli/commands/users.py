@@ -38,6 +38,7 @@ USER_COLUMNS: list[Column] = [
     ("MEMORY", _quota_of("memory")),
     ("JOBS", _quota_of("jobs")),
     ("STORAGE", _quota_of("storage")),
+    ("DISK", _quota_of("disk")),
     ("CREATED", "created_at"),
 ]
 QUOTA_FIELDS: list[Column] = [
@@ -47,6 +48,7 @@ QUOTA_FIELDS: list[Column] = [
     ("Memory", _quota_of("memory")),
     ("Jobs", _quota_of("jobs")),
     ("Storage", _quota_of("storage")),
+    ("Disk", _quota_of("disk")),
 ]
 
 
@@ -226,7 +228,7 @@ def register(tree: CommandTree) -> None:
         epilog=(
             "examples:\n"
             "  paddlecloud users quota bob\n"
-            "  paddlecloud users quota bob -cpu 8 -gpu 1 -memory 32Gi -jobs 4 -storage 100Gi\n"
+            "  paddlecloud users quota bob -cpu 8 -gpu 1 -memory 32Gi -jobs 4 -storage 100Gi -disk 200Gi\n"
             "  paddlecloud users quota bob --gpu unlimited\n"
         ),
     )
@@ -237,3 +239,11 @@ def register(tree: CommandTree) -> None:
     add_flag(limits, "memory", type=_quantity, default=suppress, metavar="Q", help="memory, e.g. 32Gi")
     add_flag(limits, "jobs", type=_count, default=suppress, metavar="N", help="jobs running at once")
     add_flag(limits, "storage", type=_quantity, default=suppress, metavar="Q", help="PFS storage, e.g. 100Gi")
+    add_flag(
+        limits,
+        "disk",
+        type=_quantity,
+        default=suppress,
+        metavar="Q",
+        help="scratch space of all running workers together (their -disk), e.g. 200Gi",
+    )

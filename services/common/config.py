@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -86,8 +87,9 @@ class DefaultQuota(_Section):
     memory: str | None = None  # a quantity: 16Gi
     jobs: int | None = Field(None, ge=0, le=MAX_QUOTA_JOBS)  # active at once
     storage: str | None = None  # a quantity: 100Gi
+    disk: str | None = None  # a quantity: 100Gi, the scratch space of the user's workers together
 
-    @field_validator("cpu", "memory", "storage", mode="before")
+    @field_validator("cpu", "memory", "storage", "disk", mode="before")
     @classmethod
     def _quantity(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
@@ -220,6 +222,48 @@ def _kubeconfig_path(cls: Any, value: str | None) -> str | None:
     return str(path)
 
 
+# A label's name (an optional DNS-subdomain prefix and a name) and value, as the API
+# server checks them: a policy with a bad one would be refused in every namespace.
+_LABEL_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+
+
+def _port_list(value: tuple[int, ...]) -> tuple[int, ...]:
+    bad = [port for port in value if not 1 <= port <= 65535]
+    if bad:
+        raise ValueError(f"ports must be from 1 to 65535, not {bad}")
+    return value
+
+
+class DnsSelector(_Section):
+    """The cluster's DNS pods, which job pods may reach on any port (or `ports`): the
+    namespace they run in and their own labels, by label. The defaults are kube-dns and
+    CoreDNS as kubeadm, kind, GKE, EKS and AKS label them; OpenShift's are in
+    docs/kubernetes.md. A port list is for clusters whose DNS pods serve more than DNS."""
+
+    namespace_labels: dict[str, str] = {"kubernetes.io/metadata.name": "kube-system"}
+    pod_labels: dict[str, str] = {"k8s-app": "kube-dns"}
+    ports: tuple[int, ...] = ()
+
+    @field_validator("namespace_labels", "pod_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            # An empty selector selects every namespace (or pod): DNS would be everything.
+            raise ValueError("give at least one label; an empty selector would allow every pod")
+        for key, text in value.items():
+            if len(key.rpartition("/")[0]) > 253 or not re.match(_LABEL_NAME, key):
+                raise ValueError(f"{key!r} is not a label name such as k8s-app or example.com/name")
+            if not re.match(_LABEL_VALUE, text):
+                raise ValueError(f"{text!r} ({key}) is not a label value (63 letters, digits, -_. at most)")
+        return value
+
+    _ports = field_validator("ports")(_port_list)
+
+
 class KubernetesSection(_Section):
     """The kubernetes jobs backend (docs/kubernetes.md)."""
 
@@ -276,11 +320,16 @@ class KubernetesSection(_Section):
     # PFS volume is mounted by the node, which no NetworkPolicy restricts). No ports: all.
     storage_cidrs: tuple[str, ...] = ()
     storage_ports: tuple[int, ...] = ()
+    # The cluster's DNS pods, by selector: job pods may reach them whatever port they
+    # listen on behind the DNS Service (5353 on OpenShift).
+    dns: DnsSelector = DnsSelector()
     # The largest container a user's namespace admits (its LimitRange), for pods that do
     # not come from a job spec as well as those that do; a container that asks for
-    # nothing gets a job's default, 1 CPU and 1Gi.
+    # nothing gets a job's default, 1 CPU, 1Gi of memory and 1Gi of disk
+    # (ephemeral-storage: its writable layer, logs and emptyDir volumes).
     max_container_cpu: str = "256"
     max_container_memory: str = "2Ti"
+    max_container_disk: str = "1Ti"
     # Every API call has this timeout; a watch asks the API server to end it after
     # watch_timeout_seconds, and the backend lists again after it.
     request_timeout_seconds: float = Field(10.0, gt=0)
@@ -317,15 +366,9 @@ class KubernetesSection(_Section):
                 raise ValueError(f"{cidr!r} is not a CIDR such as 10.0.0.0/16 (the /bits are missing)")
         return value
 
-    @field_validator("storage_ports")
-    @classmethod
-    def _ports(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        bad = [port for port in value if not 1 <= port <= 65535]
-        if bad:
-            raise ValueError(f"ports must be from 1 to 65535, not {bad}")
-        return value
+    _ports = field_validator("storage_ports")(_port_list)
 
-    @field_validator("max_container_cpu", "max_container_memory")
+    @field_validator("max_container_cpu", "max_container_memory", "max_container_disk")
     @classmethod
     def _max_quantity(cls, value: str, info: ValidationInfo) -> str:
         parse = parse_cpu_milli if info.field_name == "max_container_cpu" else parse_bytes
@@ -335,7 +378,7 @@ class KubernetesSection(_Section):
             raise ValueError(str(exc)) from None
         least = 1000 if info.field_name == "max_container_cpu" else 2**30
         if amount < least:
-            raise ValueError(f"{value!r} is below a job's default container (1 CPU, 1Gi)")
+            raise ValueError(f"{value!r} is below a job's default container (1 CPU, 1Gi, 1Gi of disk)")
         return value
 
     _kubeconfig = field_validator("kubeconfig")(_kubeconfig_path)

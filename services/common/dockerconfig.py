@@ -47,6 +47,16 @@ def host_of(server: str) -> str:
     return "docker.io" if host in DOCKER_HUB_HOSTS else host
 
 
+def image_host(image: str) -> str:
+    """The registry an image is pulled from, as `host_of` writes it: the image name's first
+    part when it has a `.` or `:` or is `localhost` (as Docker reads names), else Docker Hub
+    (`python:3.11` is `docker.io/library/python:3.11`)."""
+    first, sep, _ = image.strip().partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return host_of(first)
+    return "docker.io"
+
+
 def auth_key(server: str) -> str:
     """The key of `server`'s entry in `auths`."""
     host = host_of(server)

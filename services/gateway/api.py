@@ -90,6 +90,7 @@ class QuotaUpdate(_Body):
     memory: str | int | None = None
     jobs: int | None = None
     storage: str | int | None = None
+    disk: str | int | None = None
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -98,7 +99,7 @@ class QuotaUpdate(_Body):
             _check(parse_cpu_milli, value, MAX_QUOTA_CPU_MILLI, "a million CPUs")
         return value
 
-    @field_validator("memory", "storage", mode="before")
+    @field_validator("memory", "storage", "disk", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         if value is not None:
@@ -126,6 +127,7 @@ class QuotaUpdate(_Body):
             memory_bytes=None if self.memory is None else parse_bytes(self.memory),
             jobs=self.jobs,
             storage_bytes=None if self.storage is None else parse_bytes(self.storage),
+            disk_bytes=None if self.disk is None else parse_bytes(self.disk),
         )
 
 
@@ -147,6 +149,7 @@ def render_quota(quota: Quota) -> dict[str, Any]:
         "memory": None if quota.memory_bytes is None else format_bytes(quota.memory_bytes),
         "jobs": quota.jobs,
         "storage": None if quota.storage_bytes is None else format_bytes(quota.storage_bytes),
+        "disk": None if quota.disk_bytes is None else format_bytes(quota.disk_bytes),
     }
 
 

@@ -25,6 +25,7 @@ class Resources:
     gpu: int = 0
     memory_bytes: int = 0
     jobs: int = 0
+    disk_bytes: int = 0
 
     @classmethod
     def of(cls, spec: JobSpec) -> Resources:
@@ -33,6 +34,7 @@ class Resources:
             gpu=spec.trainers * spec.gpu,
             memory_bytes=spec.trainers * spec.memory_bytes + spec.pservers * spec.psmemory_bytes,
             jobs=1,
+            disk_bytes=(spec.trainers + spec.pservers) * spec.disk_bytes,
         )
 
     def __add__(self, other: Resources) -> Resources:
@@ -41,6 +43,7 @@ class Resources:
             self.gpu + other.gpu,
             self.memory_bytes + other.memory_bytes,
             self.jobs + other.jobs,
+            self.disk_bytes + other.disk_bytes,
         )
 
 
@@ -80,6 +83,7 @@ class Quotas:
             ("gpu", asked.gpu, used.gpu, quota.gpu, str),
             ("memory", asked.memory_bytes, used.memory_bytes, quota.memory_bytes, format_bytes),
             ("jobs", asked.jobs, used.jobs, quota.jobs, str),
+            ("disk", asked.disk_bytes, used.disk_bytes, quota.disk_bytes, format_bytes),
         ]
         for resource, want, have, limit, fmt in checks:
             if limit is not None and want + have > limit:
@@ -136,5 +140,6 @@ class Quotas:
             "memory": {"used": format_bytes(used.memory_bytes), "limit": opt(q.memory_bytes, format_bytes)},
             "jobs": {"used": used.jobs, "limit": q.jobs},
             "storage": {"used": opt(stored, format_bytes), "limit": opt(q.storage_bytes, format_bytes)},
+            "disk": {"used": format_bytes(used.disk_bytes), "limit": opt(q.disk_bytes, format_bytes)},
             "machine": machine,
         }

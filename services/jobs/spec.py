@@ -79,6 +79,11 @@ _MAX_ENV_STRING = 131072
 
 DEFAULT_CPU = "1"
 DEFAULT_MEMORY = "1Gi"
+# The scratch space of each worker (pservers too): its working directory (the unpacked
+# package included) and whatever it writes outside PFS, its logs on a node included. As
+# much as the local backend lets a job add by default (jobs.scratch_max_bytes); outputs
+# belong in PFS.
+DEFAULT_DISK = "1Gi"
 # Container runtimes refuse memory limits under about 6MB and a Python trainer needs
 # more than that to start; a smaller value is nearly always a bare number meant as Mi.
 MIN_MEMORY_BYTES = 16 * 2**20
@@ -116,7 +121,7 @@ class JobSpec(BaseModel):
     """A validated job spec; frozen, and equal to itself after `to_dict` and back.
 
     Quantities keep the user's spelling (`cpu="500m"`) for display; `cpu_milli`,
-    `memory_bytes`, `pscpu_milli` and `psmemory_bytes` give their values.
+    `memory_bytes`, `pscpu_milli`, `psmemory_bytes` and `disk_bytes` give their values.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -138,6 +143,7 @@ class JobSpec(BaseModel):
     memory: str | int = DEFAULT_MEMORY  # per trainer
     pscpu: str | int | float = DEFAULT_CPU  # per parameter server
     psmemory: str | int = DEFAULT_MEMORY  # per parameter server
+    disk: str | int = DEFAULT_DISK  # per worker, parameter servers included
     passes: Annotated[_Count, Field(ge=1, le=MAX_PASSES)] | None = None
     # The original's entry script within the package: a submission with it and no entry
     # runs `python <topology>` (parse_submission); kept as sent, for display.
@@ -256,7 +262,8 @@ class JobSpec(BaseModel):
             raise _error("quantity", f"{value!r} is more than a worker may ask for (at most 10000 CPUs)")
         return value
 
-    @field_validator("memory", "psmemory", mode="before")
+    # disk too: the unpacked package alone needs some, and a bare number is bytes.
+    @field_validator("memory", "psmemory", "disk", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> Any:
         if isinstance(value, float):
@@ -298,6 +305,10 @@ class JobSpec(BaseModel):
     @property
     def psmemory_bytes(self) -> int:
         return parse_bytes(self.psmemory)
+
+    @property
+    def disk_bytes(self) -> int:
+        return parse_bytes(self.disk)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its canonical name, defaults included, as JSON-able values.

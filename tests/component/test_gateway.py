@@ -157,7 +157,7 @@ async def test_user_admin_round_trip(gateway: Gateway) -> None:
     await problem(resp, 409, "ERR_ALREADY_EXISTS")
     resp = await gateway.client.put(
         "/api/v1/users/dave/quota",
-        json={"cpu": "500m", "gpu": 1, "memory": "8Gi", "jobs": 3, "storage": 10 * 2**30},
+        json={"cpu": "500m", "gpu": 1, "memory": "8Gi", "jobs": 3, "storage": 10 * 2**30, "disk": "20Gi"},
         headers=admin,
     )
     assert resp.status == 200
@@ -167,6 +167,7 @@ async def test_user_admin_round_trip(gateway: Gateway) -> None:
         "memory": "8Gi",
         "jobs": 3,
         "storage": "10Gi",
+        "disk": "20Gi",
     }
     await problem(
         await gateway.client.put("/api/v1/users/nobody/quota", json={}, headers=admin), 404, "ERR_NOT_FOUND"

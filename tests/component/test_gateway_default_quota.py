@@ -9,7 +9,7 @@ from typing import Any
 from paddlecloud.gateway.app import create_app as create_gateway
 from support import ADMIN_PASSWORD, make_config
 
-UNLIMITED = dict.fromkeys(("cpu", "gpu", "memory", "jobs", "storage"))
+UNLIMITED = dict.fromkeys(("cpu", "gpu", "memory", "jobs", "storage", "disk"))
 
 
 async def create(client: Any, name: str) -> dict[str, Any]:
@@ -30,7 +30,7 @@ async def test_new_users_get_the_default_and_a_changed_default_changes_no_one(
     assert alice["created"]["quota"] == UNLIMITED
     await first.close()
 
-    small = {"cpu": "500m", "gpu": 0, "memory": "2Gi", "jobs": 1, "storage": "1Gi"}
+    small = {"cpu": "500m", "gpu": 0, "memory": "2Gi", "jobs": 1, "storage": "1Gi", "disk": "4Gi"}
     second = await aiohttp_client(create_gateway(make_config(tmp_path, gateway={"default_quota": small})))
     bob = await create(second, "bob")
     assert bob["created"]["quota"] == small

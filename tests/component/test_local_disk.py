@@ -111,22 +111,35 @@ print("the end")
     assert resumed[-1]["line"] == "the end"
 
 
+# The machine's bound, and the job's own `disk` (per worker, as on Kubernetes) below it.
+@pytest.mark.parametrize(
+    ("settings", "asked", "limit"),
+    [({"scratch_max_bytes": "4Mi"}, {}, "4Mi"), ({}, {"disk": "16Mi"}, "16Mi")],
+)
 async def test_a_job_that_fills_its_working_directory_fails_and_says_why(
-    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+    tmp_path: Path,
+    aiohttp_server: Any,
+    aiohttp_client: Any,
+    settings: dict[str, str],
+    asked: dict[str, str],
+    limit: str,
 ) -> None:
-    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, scratch_max_bytes="4Mi")
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, **settings)
     program = """\
 import time
 with open("checkpoint.bin", "wb") as f:  # the working directory: the platform's disk
-    f.write(bytes(8 * 2**20))
+    f.write(bytes(24 * 2**20))
 print("written", flush=True)
 time.sleep(120)
 """
-    await jobs.submit({"name": "filler", "package": jobs.package({"train.py": program})})
+    await jobs.submit({"name": "filler", "package": jobs.package({"train.py": program}), **asked})
     job = await jobs.wait("filler", ("SUCCEEDED", "FAILED", "KILLED"))
     assert job["state"] == "FAILED", job
-    assert "the job wrote 8.0 MiB" in job["reason"] and "than the 4Mi" in job["reason"], job["reason"]
-    assert "(jobs.scratch_max_bytes): write outputs to PADDLE_CLOUD_OUTPUT" in job["reason"]
+    assert "the job wrote 24.0 MiB" in job["reason"] and f"than the {limit}" in job["reason"], job["reason"]
+    assert (
+        "(its -disk per worker, at most jobs.scratch_max_bytes): write outputs to PADDLE_CLOUD_OUTPUT"
+        in job["reason"]
+    )
 
 
 @pytest.mark.skipif(sandbox.detect("auto", "jobs").bwrap is None, reason="no bwrap: jobs use the host's /tmp")

@@ -187,7 +187,9 @@ async def test_users_round_trip(store: Store) -> None:
     user = make_user(
         "alice",
         admin=True,
-        quota=Quota(cpu_milli=4000, gpu=1, memory_bytes=16 << 30, jobs=3, storage_bytes=1 << 40),
+        quota=Quota(
+            cpu_milli=4000, gpu=1, memory_bytes=16 << 30, jobs=3, storage_bytes=1 << 40, disk_bytes=200 << 30
+        ),
     )
     await store.create_user(user)
     got = await store.get_user("alice")

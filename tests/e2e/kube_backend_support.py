@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,6 +164,17 @@ class KubeBackend:
         )
         return result
 
+    def refused_by_quota(self, name: str, *flags: str) -> dict[str, Any]:
+        """The job once it waits PENDING because the namespace's ResourceQuota refuses its
+        pods, in the words the real API server gave; `flags` go before `get`."""
+        job: dict[str, Any] = wait(
+            lambda: "quota" in (j := self.job(name, *flags))["reason"] and j, "the quota's refusal", 90
+        )
+        assert job["state"] == "PENDING", job
+        assert job["reason"].startswith("the namespace's quota refuses its pods: "), job
+        assert "exceeded quota: paddlecloud-quota" in job["reason"], job
+        return job
+
     def remove(self) -> None:
         """Stops the server, then deletes the users' namespaces and the chart's rights."""
         self.server.stop()
@@ -173,6 +184,23 @@ class KubeBackend:
             if name.startswith(self.prefix):
                 admin.request("DELETE", f"/api/v1/namespaces/{name}")
         self.rights.remove()
+
+
+@contextmanager
+def kube_backends(
+    real_kube: RealKube, server_factory: Any, tmp_path: Path
+) -> Iterator[Callable[..., KubeBackend]]:
+    """`kube_backend` as a function a test calls with its options (each server stopped and
+    all it made deleted at the end), for a fixture that leaves the options to each test."""
+    with ExitStack() as stack:
+
+        def start(**options: Any) -> KubeBackend:
+            backend: KubeBackend = stack.enter_context(
+                kube_backend(real_kube, server_factory, tmp_path, **options)
+            )
+            return backend
+
+        yield start
 
 
 @contextmanager

@@ -447,7 +447,7 @@ def test_a_cross_site_post_without_the_csrf_token_is_refused(platform: Any, cont
 def test_the_quota_page_reads_in_units_and_says_what_is_only_advisory_here(
     platform: Any, context: Any, tmp_path: Path
 ) -> None:
-    platform.cli("users", "quota", "alice", "-storage", "2Mi", "-memory", "1500M")
+    platform.cli("users", "quota", "alice", "-storage", "2Mi", "-memory", "1500M", "-disk", "2Gi")
     data = tmp_path / "data.bin"
     data.write_bytes(b"x" * 1_500_000)
     platform.cli("--datacenter", "as-alice", "cp", str(data), "pfs:data.bin")
@@ -459,6 +459,7 @@ def test_the_quota_page_reads_in_units_and_says_what_is_only_advisory_here(
     # The API's quantities ("1503232" bytes in use) read as people read sizes.
     assert page.inner_text("dd[data-resource=storage]") == "1.4 MiB of 2.0 MiB"
     assert page.inner_text("dd[data-resource=memory]") == "0 B of 1.4 GiB"
+    assert page.inner_text("dd[data-resource=disk]") == "0 B of 2.0 GiB"
     notes = page.inner_text("#quota-notes")
     # A local PFS root has no filesystem quota: jobs' own writes are not stopped.
     assert "Storage quota: advisory here" in notes, notes

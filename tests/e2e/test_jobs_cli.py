@@ -249,7 +249,8 @@ def test_listing_jobs_showing_one_and_the_quota(server: Any, tmp_path: Path) -> 
         k.strip(): v.strip()
         for k, _, v in (line.partition(":") for line in shown.split("\n\n")[0].splitlines())
     }
-    assert record["State"] == "SUCCEEDED" and record["Trainers"] == "1 (each cpu 1, memory 1Gi, gpu 0)"
+    assert record["State"] == "SUCCEEDED"
+    assert record["Trainers"] == "1 (each cpu 1, memory 1Gi, gpu 0, disk 1Gi)"
     assert "\nWorkers:\n" in shown and "\nEvents:\n" in shown
     assert "trainer-0" in shown
     events = as_json(run_cli(server, "-o", "json", "get", "job", "done-1"))["events"]
@@ -264,7 +265,7 @@ def test_listing_jobs_showing_one_and_the_quota(server: Any, tmp_path: Path) -> 
     # A local PFS root has no filesystem quota: the storage limit says it is advisory here.
     assert "Storage quota: advisory here" in "\n".join(quota), quota
     rows = {line.split()[0]: line.split()[1:] for line in table}
-    assert set(rows) == {"cpu", "gpu", "memory", "jobs", "storage"}
+    assert set(rows) == {"cpu", "gpu", "memory", "jobs", "storage", "disk"}
     assert rows["jobs"] == ["1", "unlimited"]  # the sleeper; the admin has no limits
     assert as_json(run_cli(server, "-o", "json", "get", "quota"))["cpu"]["used"] == "1"
 

@@ -14,8 +14,8 @@ from conftest import Server, start_server
 
 pytestmark = pytest.mark.slow
 
-UNLIMITED = dict.fromkeys(("cpu", "gpu", "memory", "jobs", "storage"))
-DEFAULT = {"cpu": "4", "gpu": 0, "memory": "8Gi", "jobs": 2, "storage": "10Gi"}
+UNLIMITED = dict.fromkeys(("cpu", "gpu", "memory", "jobs", "storage", "disk"))
+DEFAULT = {"cpu": "4", "gpu": 0, "memory": "8Gi", "jobs": 2, "storage": "10Gi", "disk": "20Gi"}
 BOBS_HOME = "/pfs/datacenter1/home/bob"
 
 
@@ -34,7 +34,7 @@ def test_users_create_says_the_default_quota_the_new_user_got(server: Server) ->
     bob = server.cli("users", "create", "bob", "--password-stdin", stdin="bob-password\n")
     assert bob.stdout.splitlines() == [
         "Created user bob.",
-        "Quota: cpu 4, gpu 0, memory 8Gi, jobs 2, storage 10Gi.",
+        "Quota: cpu 4, gpu 0, memory 8Gi, jobs 2, storage 10Gi, disk 20Gi.",
     ]
     carol = json.loads(server.cli("-o", "json", "users", "create", "carol").stdout)
     assert carol["quota"] == DEFAULT and carol["password"]

@@ -46,7 +46,7 @@ class FakeUser:
     password: str
     admin: bool = False
     quota: dict[str, Any] = field(
-        default_factory=lambda: dict.fromkeys(("cpu", "gpu", "memory", "jobs", "storage"))
+        default_factory=lambda: dict.fromkeys(("cpu", "gpu", "memory", "jobs", "storage", "disk"))
     )
     created_at: str = "2026-11-22T12:00:00+00:00"
 
@@ -202,7 +202,7 @@ class FakeGateway:
         self.quota_bodies.append(body)
         errors = []
         for key, value in body.items():
-            if key in ("cpu", "memory", "storage"):
+            if key in ("cpu", "memory", "storage", "disk"):
                 if value is not None and not (isinstance(value, str) and QUANTITY.match(value)):
                     errors.append({"field": key, "message": f"{value!r} is not a quantity"})
             elif key in ("gpu", "jobs"):
@@ -446,7 +446,7 @@ def test_admins_manage_users_and_others_may_not(gateway: FakeGateway) -> None:
         assert "bob" in [u["name"] for u in admin.users()]
         assert admin.set_quota("bob", cpu="4", memory="8Gi")["quota"]["memory"] == "8Gi"
         with pytest.raises(ValueError, match="unknown quota keys"):
-            admin.set_quota("bob", disk="1Gi")
+            admin.set_quota("bob", disks="1Gi")
         admin.delete_user("bob")
         assert "bob" not in gateway.users
     with Client(gateway.url, "alice", "alice-pw") as alice, pytest.raises(ApiError) as caught:
@@ -595,13 +595,14 @@ def test_users_as_json_is_the_servers_answer(cli: Cli, gateway: FakeGateway) -> 
 def test_users_as_a_table(cli: Cli, gateway: FakeGateway) -> None:
     gateway.users["alice"].quota["memory"] = "8Gi"
     lines = cli("users", "list").out.splitlines()
-    assert lines[0].split() == ["NAME", "ADMIN", "CPU", "GPU", "MEMORY", "JOBS", "STORAGE", "CREATED"]
+    assert lines[0].split() == ["NAME", "ADMIN", "CPU", "GPU", "MEMORY", "JOBS", "STORAGE", "DISK", "CREATED"]
     assert lines[2].split() == [
         "alice",
         "no",
         "unlimited",
         "unlimited",
         "8Gi",
+        "unlimited",
         "unlimited",
         "unlimited",
         "2026-11-22T12:00:00+00:00",
@@ -663,19 +664,21 @@ def test_quota_flags_work_go_and_gnu_style(cli: Cli, gateway: FakeGateway, spell
 def test_quota_changes_only_the_limits_given(cli: Cli, gateway: FakeGateway) -> None:
     assert cli("users", "quota", "alice", "-memory", "8Gi", "-jobs", "3").code == 0
     assert cli("users", "quota", "alice", "--gpu", "1").code == 0
+    assert cli("users", "quota", "alice", "-disk", "200Gi").code == 0
     assert gateway.users["alice"].quota == {
         "cpu": None,
         "gpu": 1,
         "memory": "8Gi",
         "jobs": 3,
         "storage": None,
+        "disk": "200Gi",
     }
     assert cli("users", "quota", "alice", "--jobs", "unlimited").code == 0
     assert gateway.users["alice"].quota["jobs"] is None
 
     shown = cli("users", "quota", "alice", "-o", "json")
     assert json.loads(shown.out)["quota"]["memory"] == "8Gi"
-    assert len(gateway.quota_bodies) == 3  # showing changes nothing
+    assert len(gateway.quota_bodies) == 4  # showing changes nothing
 
 
 def test_a_validation_error_is_one_line_with_every_field(cli: Cli, gateway: FakeGateway) -> None:

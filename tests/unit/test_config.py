@@ -61,7 +61,8 @@ def test_unknown_env_key_is_named() -> None:
         ),
         ("gateway:\n  default_quota: {gpu: -1}\n", "gateway.default_quota.gpu"),
         ("gateway:\n  default_quota: {jobs: yes}\n", "gateway.default_quota.jobs: expected a whole number"),
-        ("gateway:\n  default_quota: {disk: 1Gi}\n", "gateway.default_quota.disk"),
+        ("gateway:\n  default_quota: {disks: 1Gi}\n", "gateway.default_quota.disks"),
+        ("gateway:\n  default_quota: {disk: lots}\n", "gateway.default_quota.disk: 'lots' is not"),
         (
             "jobs:\n  kubernetes:\n    leader_election: {lease_seconds: 5, renew_seconds: 5}\n",
             "jobs.kubernetes.leader_election: renew_seconds",
@@ -121,7 +122,7 @@ def test_disk_bounds_take_quantities() -> None:
 
 def test_a_default_quota_for_new_users_from_the_file_or_the_environment(tmp_path) -> None:
     assert load_config(None, env={}).gateway.default_quota.model_dump() == dict.fromkeys(
-        ("cpu", "gpu", "memory", "jobs", "storage")
+        ("cpu", "gpu", "memory", "jobs", "storage", "disk")
     )
     path = tmp_path / "c.yaml"
     path.write_text("gateway:\n  default_quota: {cpu: 4, memory: 16Gi, jobs: 2}\n")

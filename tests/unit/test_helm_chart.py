@@ -216,6 +216,29 @@ def test_the_services_load_the_rendered_config(values: str | None, tmp_path: Pat
     assert config.jobs.kubernetes.run_as_user == 1000
 
 
+def test_the_dns_pods_and_the_disk_bound_reach_the_jobs_service(tmp_path: Path) -> None:
+    # Unset: the service's defaults. OpenShift's selector replaces them (Helm merges maps,
+    # so a default in values.yaml could only be added to, selecting no pod at all).
+    def kubernetes(*sets: str) -> Any:
+        path = tmp_path / "paddlecloud.yaml"
+        path.write_text(config_text(render(None, *sets)))
+        return load_config(path, env={}).jobs.kubernetes
+
+    default = kubernetes()
+    assert default.dns.namespace_labels == {"kubernetes.io/metadata.name": "kube-system"}
+    assert default.dns.pod_labels == {"k8s-app": "kube-dns"} and default.dns.ports == ()
+    assert default.max_container_disk == "1Ti"
+    openshift = kubernetes(
+        r"jobs.kubernetes.dns.namespaceLabels.kubernetes\.io/metadata\.name=openshift-dns",
+        r"jobs.kubernetes.dns.podLabels.dns\.operator\.openshift\.io/daemonset-dns=default",
+        "jobs.kubernetes.dns.ports={5353}",
+        "jobs.kubernetes.maxContainerDisk=200Gi",
+    )
+    assert openshift.dns.namespace_labels == {"kubernetes.io/metadata.name": "openshift-dns"}
+    assert openshift.dns.pod_labels == {"dns.operator.openshift.io/daemonset-dns": "default"}
+    assert openshift.dns.ports == (5353,) and openshift.max_container_disk == "200Gi"
+
+
 def test_no_secret_value_is_in_a_configmap() -> None:
     for values in SETS:
         objects = render(values)
@@ -334,8 +357,9 @@ def test_per_user_mode_binds_only_the_cluster_rights_cluster_wide() -> None:
     ]
     assert one(objects, "ClusterRole", tenant)["rules"] == rbac.policy_rules("tenant")
     # The one Role is the Lease's (test_two_jobs_replicas_elect_one_leader_...).
-    assert [r["metadata"]["name"] for r in find(objects, "Role")] == [f"{RELEASE}-paddlecloud-jobs-leader"]
-    assert [r["metadata"]["name"] for r in find(objects, "RoleBinding")] == [f"{RELEASE}-paddlecloud-jobs-leader"]
+    leader = [f"{RELEASE}-paddlecloud-jobs-leader"]
+    assert [r["metadata"]["name"] for r in find(objects, "Role")] == leader
+    assert [r["metadata"]["name"] for r in find(objects, "RoleBinding")] == leader
     kubernetes = yaml.safe_load(config_text(objects))["jobs"]["kubernetes"]
     assert kubernetes["release"] == f"{NAMESPACE}.{RELEASE}"
     assert kubernetes["tenant_role"] == tenant

@@ -46,6 +46,7 @@ def test_defaults() -> None:
         "memory": "1Gi",
         "pscpu": "1",
         "psmemory": "1Gi",
+        "disk": "1Gi",
         "passes": None,
         "topology": None,
         "env": {},
@@ -76,6 +77,7 @@ FULL = {
     "memory": "512Mi",
     "pscpu": 2,
     "psmemory": "1.5Gi",
+    "disk": "20Gi",
     "passes": 10,
     "env": {"GLOG_v": "3", "_LIB": "x=1"},
     "datacenter": "dc1",
@@ -94,6 +96,7 @@ def test_every_field_is_kept_with_the_users_spelling_and_normalised_accessors() 
         2000,
         3 * 2**29,
     )
+    assert spec.disk_bytes == 20 * 2**30
 
 
 def test_round_trip_gives_an_equal_spec() -> None:
@@ -206,7 +209,7 @@ def test_bad_cpu(field: str, value: Any, rule: str) -> None:
     assert rule in message
 
 
-@pytest.mark.parametrize("field", ["memory", "psmemory"])
+@pytest.mark.parametrize("field", ["memory", "psmemory", "disk"])
 @pytest.mark.parametrize(
     ("value", "rule"),
     [

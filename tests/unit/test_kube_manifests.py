@@ -320,7 +320,8 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
     assert main["workingDir"] == manifests.WORK_DIR
     assert main["command"] == ["/bin/sh", "-c", spec.entry]
     cpu, memory = (spec.cpu, spec.memory) if role == names.ROLE_TRAINER else (spec.pscpu, spec.psmemory)
-    wanted = {"cpu": str(cpu), "memory": str(memory)}
+    # Every container asks for the job's disk, and the work volume holds no more.
+    wanted = {"cpu": str(cpu), "memory": str(memory), "ephemeral-storage": spec.disk}
     assert main["resources"]["requests"] == wanted
     gpus = {"nvidia.com/gpu": str(spec.gpu)} if role == names.ROLE_TRAINER and spec.gpu else {}
     assert main["resources"]["limits"] == wanted | gpus
@@ -328,6 +329,11 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
         assert init["image"] == settings.init_image
         assert "nvidia.com/gpu" not in init["resources"]["limits"]
         assert init["resources"]["limits"] == wanted, "init containers must not raise the pod's resources"
+        assert init["resources"]["requests"] == wanted
+    assert pod["volumes"][0] == {"name": manifests.WORK_VOLUME, "emptyDir": {"sizeLimit": spec.disk}}
+    assert all("emptyDir" not in volume for volume in pod["volumes"][1:])
+    if plan.registry is None:  # with one: test_images_pulled_with_a_users_credentials_...
+        assert {c["imagePullPolicy"] for c in [*pod["initContainers"], main]} == {settings.image_pull_policy}
     init_names = [c["name"] for c in pod["initContainers"]]
     waits = role == names.ROLE_TRAINER and spec.pservers > 0
     assert init_names == ["unpack", *(["wait-pservers"] if waits else [])]
@@ -457,6 +463,40 @@ def test_the_job_network_policy_joins_its_own_pods_only() -> None:
         "ingress": [{"from": [own]}],
         "egress": [{"to": [own]}],
     }
+
+
+@pytest.mark.parametrize(
+    ("server", "image", "main", "init"),
+    [
+        # The job's image is in the registry its credentials are for; busybox is not.
+        ("registry.example.com:5000", "registry.example.com:5000/team/paddle:2.6", "Always", "IfNotPresent"),
+        (
+            "https://registry.example.com:5000/v2/",
+            "registry.example.com:5000/paddle",
+            "Always",
+            "IfNotPresent",
+        ),
+        # Credentials for another registry: the kubelet never sends them for these images.
+        ("registry.example.com:5000", "python:3.11-slim", "IfNotPresent", "IfNotPresent"),
+        # Docker Hub's: every image of this pod is pulled from there with them.
+        ("https://index.docker.io/v1/", "team/paddle:2.6", "Always", "Always"),
+    ],
+)
+def test_images_pulled_with_a_users_credentials_are_pulled_always(
+    server: str, image: str, main: str, init: str
+) -> None:
+    registry = Registry(owner=USER, name="private", server=server, username="bob", password="pw")
+    plan = make_plan(registry=registry, image=image)
+    for template in (
+        one(manifests.job_objects(plan), kind)["spec"]["template"] for kind in ("Job", "StatefulSet")
+    ):
+        (container,) = template["spec"]["containers"]
+        assert (container["image"], container["imagePullPolicy"]) == (image, main)
+        assert {c["imagePullPolicy"] for c in template["spec"]["initContainers"]} == {init}
+    # Without credentials, the setting, whatever the image.
+    plain = make_plan(image=image, settings=settings_for("pvc", image_pull_policy="Never"))
+    pod = one(manifests.job_objects(plain), "Job")["spec"]["template"]["spec"]
+    assert {c["imagePullPolicy"] for c in [*pod["initContainers"], *pod["containers"]]} == {"Never"}
 
 
 def test_registry_credentials_become_a_dockerconfigjson_secret() -> None:
@@ -705,7 +745,9 @@ def test_job_pods_meet_restricted_but_for_an_inline_pfs_volume(kind: str) -> Non
 
 # --- Tenancy -----------------------------------------------------------------------------
 
-QUOTA = Quota(cpu_milli=8500, gpu=4, memory_bytes=32 * 2**30, jobs=3, storage_bytes=10**12)
+QUOTA = Quota(
+    cpu_milli=8500, gpu=4, memory_bytes=32 * 2**30, jobs=3, storage_bytes=10**12, disk_bytes=200 * 2**30
+)
 
 
 @pytest.mark.parametrize("kind", ["cephfs", "pvc", "hostpath"])
@@ -737,7 +779,14 @@ def test_per_user_tenancy(kind: str, quota: Quota) -> None:
     assert egress["spec"]["podSelector"] == {}
     assert egress["spec"]["policyTypes"] == ["Egress"]
     assert egress["spec"]["egress"] == [
-        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ]
+        },
         {
             "to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}],
             "ports": [{"protocol": "TCP", "port": 6789}, {"protocol": "TCP", "port": 3300}],
@@ -759,7 +808,14 @@ def test_shared_tenancy_makes_no_namespace_and_no_quota() -> None:
         assert policy["spec"]["podSelector"] == {"matchLabels": names.managed_labels("paddlecloud")}
     egress = by_kind(objects, "NetworkPolicy")[1]
     assert egress["spec"]["egress"] == [
-        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+        {
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ]
+        }
     ]
     # Every user gets the same objects: create them idempotently.
     assert manifests.tenancy_objects("bob", Quota(cpu_milli=1), settings) == objects
@@ -779,6 +835,8 @@ def test_resource_quota_from_a_users_quota() -> None:
         "limits.memory": "32Gi",
         "requests.nvidia.com/gpu": "4",
         "pods": "6000",
+        "requests.ephemeral-storage": "200Gi",
+        "limits.ephemeral-storage": "200Gi",
     }
     no_gpus = manifests.resource_quota("paddle-alice", "alice", Quota(gpu=0), "pc")
     assert no_gpus is not None
@@ -813,16 +871,41 @@ def test_the_tenant_binding_binds_the_tenant_role_to_the_service_only() -> None:
 
 
 def test_limit_range_bounds_a_container_that_asks_for_nothing() -> None:
-    settings = settings_for(max_container_cpu="96", max_container_memory="768Gi")
+    settings = settings_for(max_container_cpu="96", max_container_memory="768Gi", max_container_disk="500Gi")
     (limits,) = by_kind(manifests.tenancy_objects("alice", Quota(), settings), "LimitRange")
     assert limits["spec"]["limits"] == [
         {
             "type": "Container",
-            "default": {"cpu": "1", "memory": "1Gi"},
-            "defaultRequest": {"cpu": "1", "memory": "1Gi"},
-            "max": {"cpu": "96", "memory": "768Gi"},
+            "default": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"},
+            "defaultRequest": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"},
+            "max": {"cpu": "96", "memory": "768Gi", "ephemeral-storage": "500Gi"},
         }
     ]
+
+
+def test_dns_egress_goes_to_the_configured_dns_pods_on_any_port_or_the_ports_given() -> None:
+    openshift = {
+        "namespace_labels": {"kubernetes.io/metadata.name": "openshift-dns"},
+        "pod_labels": {"dns.operator.openshift.io/daemonset-dns": "default"},
+    }
+    to = [
+        {
+            "namespaceSelector": {"matchLabels": openshift["namespace_labels"]},
+            "podSelector": {"matchLabels": openshift["pod_labels"]},
+        }
+    ]
+    for ports, rule in (
+        ((), {"to": to}),
+        (
+            (5353,),
+            {"to": to, "ports": [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]},
+        ),
+    ):
+        settings = settings_for(dns=openshift | {"ports": ports})
+        policy = by_kind(manifests.tenancy_objects("alice", Quota(), settings), "NetworkPolicy")[1]
+        validate(policy)
+        assert policy["metadata"]["name"] == names.DNS_STORAGE_POLICY
+        assert policy["spec"]["egress"] == [rule]
 
 
 def test_tenancy_names_can_never_be_a_jobs_names() -> None:
@@ -838,6 +921,11 @@ def test_kubernetes_settings_are_checked() -> None:
         {"storage_ports": [0]},
         {"max_container_cpu": "500m"},
         {"max_container_memory": "lots"},
+        {"max_container_disk": "100Mi"},
+        {"dns": {"pod_labels": {}}},
+        {"dns": {"namespace_labels": {"kubernetes.io/metadata.name": "bad value!"}}},
+        {"dns": {"pod_labels": {"-bad": "x"}}},
+        {"dns": {"ports": [70000]}},
         {"cluster_domain": "Cluster.Local"},
         {"run_as_user": 0},
         {"master_port": 7170},

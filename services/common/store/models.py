@@ -45,6 +45,8 @@ class Quota:
     memory_bytes: int | None = None
     jobs: int | None = None
     storage_bytes: int | None = None
+    # The ephemeral storage (a job's `disk`) of all the user's running workers together.
+    disk_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -229,7 +229,7 @@ async def quota_page(request: web.Request) -> web.Response:
     if session.identity.admin:
         users = """<section id="users"><h2>Users and their quotas</h2>
 <div class="table-wrap"><table>
-<thead><tr><th>User</th><th>Admin</th><th>CPU</th><th>GPU</th><th>Memory</th><th>Jobs</th><th>Storage</th><th></th><th></th></tr></thead>
+<thead><tr><th>User</th><th>Admin</th><th>CPU</th><th>GPU</th><th>Memory</th><th>Jobs</th><th>Storage</th><th>Disk</th><th></th><th></th></tr></thead>
 <tbody id="users-body"></tbody></table></div>
 <dialog id="quota-dialog"><form method="dialog" id="quota-form">
 <h3>Quota of <span id="quota-user"></span></h3>
@@ -237,7 +237,7 @@ async def quota_page(request: web.Request) -> web.Response:
 empty means no limit.</p>
 <label>CPU <input name="cpu"></label><label>GPU <input name="gpu" inputmode="numeric"></label>
 <label>Memory <input name="memory"></label><label>Jobs <input name="jobs" inputmode="numeric"></label>
-<label>Storage <input name="storage"></label>
+<label>Storage <input name="storage"></label><label>Disk <input name="disk"></label>
 <p id="quota-error" class="error" role="alert"></p>
 <div class="buttons"><button value="cancel" formnovalidate>Cancel</button>
 <button value="ok">Save</button></div>

@@ -307,6 +307,13 @@ class KubernetesBackend(Backend):
                     f"a {role} asks for {asked_memory} bytes of memory; a pod here may have "
                     f"{self._settings.max_container_memory} at most",
                 )
+        # One disk for every worker: its containers (init containers too) each ask for it.
+        if spec.disk_bytes > parse_bytes(self._settings.max_container_disk):
+            return (
+                "disk",
+                f"each worker asks for {spec.disk} of disk; a pod here may have "
+                f"{self._settings.max_container_disk} at most (jobs.kubernetes.max_container_disk)",
+            )
         return None
 
     # -- start -------------------------------------------------------------------------

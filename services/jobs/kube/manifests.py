@@ -16,6 +16,12 @@ docs/kubernetes.md explains the objects; the choices that matter when reading th
 - Every worker's environment comes from `contract.contract_env`, as on the local
   backend. Per-pod values are `$(TRAINER_ID)` references that the kubelet expands, and
   every literal has its `$` doubled, so a user's `$(HOME)` stays as written.
+- Every container, init containers too, requests and is limited to the job's `disk` of
+  ephemeral storage, and the work emptyDir has it as its sizeLimit: the kubelet evicts
+  a pod past either, before it fills the node's disk and other tenants' pods are evicted.
+- An image pulled with the job's registry credentials is pulled `Always`: the kubelet
+  checks the job's credentials on every start, so an image one user pulled with theirs is
+  never run from the node's cache by another without any.
 - POD_IP is the pod's stable DNS name, not its address: Paddle's fleet parameter server
   finds itself by looking up `POD_IP:PADDLE_PORT` in PADDLE_PSERVERS_IP_PORT_LIST, which
   holds DNS names (the only endpoints known before the pods exist).
@@ -30,13 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from paddlecloud.common.config import DatacenterVolume, KubernetesSection
-from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson
+from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, image_host
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Quota, Registry
 
 from ..backend import Launch
 from ..contract import RESERVED_ENV, JobContract, contract_env
-from ..spec import DEFAULT_CPU, DEFAULT_MEMORY, MAX_PSERVERS, MAX_TRAINERS
+from ..spec import DEFAULT_CPU, DEFAULT_DISK, DEFAULT_MEMORY, MAX_PSERVERS, MAX_TRAINERS
 from . import names
 
 # The Kubernetes version the manifests are written for and checked against: the first in
@@ -48,6 +54,8 @@ KUBERNETES_VERSION = "1.33"
 # local backend, whose sandboxed workers also run in /job/work).
 WORK_DIR = "/job/work"
 GPU_RESOURCE = "nvidia.com/gpu"
+# A container's writable layer, its logs on the node and its pod's emptyDir volumes.
+DISK_RESOURCE = "ephemeral-storage"
 # A pod's own network interface: CNI plugins name it eth0 (the CNI spec's CNI_IFNAME as
 # the kubelet passes it); gloo and NCCL bind their sockets there.
 POD_INTERFACE = "eth0"
@@ -121,8 +129,8 @@ def pod_security_level(settings: KubernetesSection) -> str:
 def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> list[dict[str, Any]]:
     """The objects of `user`'s namespace, in creation order: the Namespace and its
     ResourceQuota (per-user mode only), a LimitRange, and the NetworkPolicies that deny
-    every pod all traffic but DNS and the storage CIDRs (each job's own policy then lets
-    its pods reach each other).
+    every pod all traffic but to the cluster's DNS pods (`settings.dns`) and the storage
+    CIDRs (each job's own policy then lets its pods reach each other).
 
     In shared mode the operator made `settings.namespace`: there is no Namespace object,
     and no ResourceQuota, since a quota there would bound every user together (the
@@ -175,11 +183,7 @@ def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> lis
             "spec": {"podSelector": pods(), "policyTypes": ["Ingress", "Egress"]},
         }
     )
-    egress: list[dict[str, Any]] = [
-        # Port 53 anywhere: the cluster's DNS, wherever it runs (a Service, or a
-        # node-local cache outside every pod network).
-        {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
-    ]
+    egress: list[dict[str, Any]] = [_dns_rule(settings)]
     if settings.storage_cidrs:
         rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}} for cidr in settings.storage_cidrs]}
         if settings.storage_ports:
@@ -214,6 +218,26 @@ def tenant_binding(namespace: str, account: tuple[str, str], settings: Kubernete
     }
 
 
+def _dns_rule(settings: KubernetesSection) -> dict[str, Any]:
+    """Egress to the cluster's DNS pods, chosen by their namespace's and their own labels.
+    No port by default: a policy is checked after the Service's address was translated to
+    a pod's, so it sees the port the pods listen on, which is not 53 everywhere (5353 on
+    OpenShift), and a rule for 53 would leave every lookup unanswered there. Port 53 to
+    anywhere is not allowed any more: it let job pods reach any server on port 53."""
+    dns = settings.dns
+    rule: dict[str, Any] = {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": dict(dns.namespace_labels)},
+                "podSelector": {"matchLabels": dict(dns.pod_labels)},
+            }
+        ]
+    }
+    if dns.ports:
+        rule["ports"] = [{"protocol": proto, "port": port} for port in dns.ports for proto in ("UDP", "TCP")]
+    return rule
+
+
 def resource_quota(namespace: str, user: str, quota: Quota, release: str) -> dict[str, Any] | None:
     """The ResourceQuota of a per-user namespace from the user's Quota; None when the
     quota limits none of what it covers (delete an existing one then). Apply it again,
@@ -223,8 +247,9 @@ def resource_quota(namespace: str, user: str, quota: Quota, release: str) -> dic
     GPUs are `requests.nvidia.com/gpu` only: Kubernetes admits no `limits.` quota for an
     extended resource, whose request always equals its limit. `pods` follows the
     concurrent-jobs limit: that many jobs of the largest size the spec allows, a
-    backstop that never refuses a job the service accepted. Storage is the pfs
-    service's to enforce, on the PFS, not the namespace's."""
+    backstop that never refuses a job the service accepted. Disk bounds ephemeral
+    storage (a job's `disk`), requests and limits alike. Storage is the pfs service's to
+    enforce, on the PFS, not the namespace's."""
     hard: dict[str, str] = {}
     if quota.cpu_milli is not None:
         cpu = format_cpu_milli(quota.cpu_milli)
@@ -234,6 +259,9 @@ def resource_quota(namespace: str, user: str, quota: Quota, release: str) -> dic
         hard |= {"requests.memory": memory, "limits.memory": memory}
     if quota.gpu is not None:
         hard[f"requests.{GPU_RESOURCE}"] = str(quota.gpu)
+    if quota.disk_bytes is not None:
+        disk = format_bytes(quota.disk_bytes)
+        hard |= {f"requests.{DISK_RESOURCE}": disk, f"limits.{DISK_RESOURCE}": disk}
     if quota.jobs is not None:
         hard["pods"] = str(quota.jobs * (MAX_PSERVERS + MAX_TRAINERS))
     if not hard:
@@ -252,8 +280,16 @@ def _limit_range(
 ) -> dict[str, Any]:
     # A container that asks for nothing gets what a job's worker gets by default, as
     # request and limit (so it counts in the quota as what it may use).
-    default = {"cpu": _cpu(DEFAULT_CPU), "memory": _memory(DEFAULT_MEMORY)}
-    largest = {"cpu": _cpu(settings.max_container_cpu), "memory": _memory(settings.max_container_memory)}
+    default = {
+        "cpu": _cpu(DEFAULT_CPU),
+        "memory": _memory(DEFAULT_MEMORY),
+        DISK_RESOURCE: _memory(DEFAULT_DISK),
+    }
+    largest = {
+        "cpu": _cpu(settings.max_container_cpu),
+        "memory": _memory(settings.max_container_memory),
+        DISK_RESOURCE: _memory(settings.max_container_disk),
+    }
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
@@ -531,7 +567,12 @@ def _pod_template(plan: JobPlan, role: str) -> dict[str, Any]:
         "securityContext": security,
         "initContainers": init,
         "containers": [_main_container(plan, role)],
-        "volumes": [{"name": WORK_VOLUME, "emptyDir": {}}, _pfs_volume(plan)],
+        # The work directory is bounded by itself too: the kubelet evicts the pod once
+        # the volume holds more than the job's disk, whatever the containers' limits.
+        "volumes": [
+            {"name": WORK_VOLUME, "emptyDir": {"sizeLimit": format_bytes(spec.disk_bytes)}},
+            _pfs_volume(plan),
+        ],
     }
     if role == "TRAINER":
         # Indexed Job pods are named <job>-trainer-<index> as hosts; the subdomain
@@ -570,11 +611,26 @@ def _resources(plan: JobPlan, role: str, *, gpus: bool) -> dict[str, Any]:
         amount = {"cpu": format_cpu_milli(spec.cpu_milli), "memory": format_bytes(spec.memory_bytes)}
     else:
         amount = {"cpu": format_cpu_milli(spec.pscpu_milli), "memory": format_bytes(spec.psmemory_bytes)}
+    # Every worker's disk, init containers' too: a pod's bound is the largest of its
+    # init containers' and the sum of its containers', so this is the pod's whole.
+    amount[DISK_RESOURCE] = format_bytes(spec.disk_bytes)
     limits = dict(amount)
     if gpus and role == "TRAINER" and spec.gpu > 0:
         limits[GPU_RESOURCE] = str(spec.gpu)
     # Requests equal limits: a worker gets what it asked for, and the quota counts that.
     return {"requests": amount, "limits": limits}
+
+
+def _pull_policy(plan: JobPlan, image: str) -> str:
+    """`Always` for an image pulled with the user's registry Secret (the kubelet uses a
+    Secret's credentials for images of that registry only): with `IfNotPresent` a node
+    that holds the image from one user's pull runs it for anyone, credentials or not,
+    while `Always` makes the kubelet ask the registry with this pod's credentials each
+    time (a manifest check when the layers are there). Other images keep the setting."""
+    registry = plan.registry
+    if registry is not None and image_host(image) == host_of(registry.server):
+        return "Always"
+    return plan.settings.image_pull_policy
 
 
 def _main_container(plan: JobPlan, role: str) -> dict[str, Any]:
@@ -587,7 +643,7 @@ def _main_container(plan: JobPlan, role: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": _ROLE_LABEL[role],
         "image": plan.image,
-        "imagePullPolicy": settings.image_pull_policy,
+        "imagePullPolicy": _pull_policy(plan, plan.image),
         "command": ["/bin/sh", "-c", _literal(command)],
         "workingDir": WORK_DIR,
         "env": _contract_env(plan, role),
@@ -636,7 +692,7 @@ def _unpack_container(plan: JobPlan, role: str) -> dict[str, Any]:
     return {
         "name": "unpack",
         "image": plan.settings.init_image,
-        "imagePullPolicy": plan.settings.image_pull_policy,
+        "imagePullPolicy": _pull_policy(plan, plan.settings.init_image),
         "command": ["/bin/sh", "-c", _literal(script)],
         "env": env,
         "resources": _resources(plan, role, gpus=False),
@@ -664,7 +720,7 @@ def _wait_container(plan: JobPlan) -> dict[str, Any]:
     return {
         "name": "wait-pservers",
         "image": plan.settings.init_image,
-        "imagePullPolicy": plan.settings.image_pull_policy,
+        "imagePullPolicy": _pull_policy(plan, plan.settings.init_image),
         "command": ["/bin/sh", "-c", _literal(script)],
         "env": [{"name": "PSERVERS", "value": endpoints}],
         "resources": _resources(plan, "TRAINER", gpus=False),

@@ -443,7 +443,8 @@ class LocalBackend(Backend):
             notify=str(self._work_dir / "notify.sock") if self._notify is not None else None,
             # The job's cap, shared equally: each worker keeps the newest of its own output.
             log_max_bytes=max(self._config.jobs.log_max_bytes // workers, MIN_LOG_BYTES),
-            scratch_max_bytes=self._config.jobs.scratch_max_bytes,
+            # The job's `disk` per worker, as on Kubernetes, within the machine's own bound.
+            scratch_max_bytes=min(self._config.jobs.scratch_max_bytes, workers * spec.disk_bytes),
             grace_seconds=self._config.jobs.grace_seconds,
         )
         plan = build_plan(launch, host)

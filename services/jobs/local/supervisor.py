@@ -368,7 +368,8 @@ class JobSupervisor:
                 return (
                     f"the job wrote {readable_bytes(added)} into its package and working "
                     f"directories, more than the {format_bytes(limit)} a job may add to them on "
-                    "this machine (jobs.scratch_max_bytes): write outputs to PADDLE_CLOUD_OUTPUT"
+                    "this machine (its -disk per worker, at most jobs.scratch_max_bytes): write "
+                    "outputs to PADDLE_CLOUD_OUTPUT"
                 )
 
     def _scratch_bytes(self) -> int:

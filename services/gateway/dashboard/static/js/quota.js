@@ -36,6 +36,7 @@ const RESOURCES = [
   ["memory", "Memory"],
   ["jobs", "Running jobs"],
   ["storage", "Storage"],
+  ["disk", "Disk"],
 ];
 const SUFFIXES = { m: 1e-3, k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18 };
 for (const [i, s] of ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].entries()) SUFFIXES[s] = 1024 ** (i + 1);
@@ -51,7 +52,7 @@ export function quantity(value) {
 
 // The API answers Kubernetes quantities, which for bytes in use are often just digits
 // ("1500000"); people read sizes as "1.4 MiB".
-const SIZES = new Set(["memory", "storage"]);
+const SIZES = new Set(["memory", "storage", "disk"]);
 
 export function shown(key, value) {
   return SIZES.has(key) && value !== null && value !== undefined ? bytes(quantity(value)) : value;
@@ -101,6 +102,7 @@ function userRow(user, edit, me) {
     cell(q.memory, "memory"),
     cell(q.jobs),
     cell(q.storage, "storage"),
+    cell(q.disk, "disk"),
     h("td", {}, h("button", { class: "link", onclick: () => edit(user) }, "Edit")),
     h(
       "td",
