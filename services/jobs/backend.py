@@ -37,7 +37,16 @@ class StartFailed(Exception):
 
 class NotYet(Exception):
     """The job cannot start now but will once resources free up (GPUs held by other
-    jobs); the message says what it waits for, with the numbers."""
+    jobs); the message says what it waits for, with the numbers.
+
+    `holds_queue`: whether the jobs queued behind it wait too. Yes for what every job
+    waits for in its turn (GPUs, an API outage: first come, first started); no for what
+    only this job's user lacks (their namespace being deleted, or another's by that
+    name): the queue passes it, or one user's trouble would stop everyone's jobs."""
+
+    def __init__(self, message: str, *, holds_queue: bool = True) -> None:
+        super().__init__(message)
+        self.holds_queue = holds_queue
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ class Reconciler:
         # Jobs that wait for resources (GPUs), first submitted first: the reconcile loop
         # starts the head of the queue once it fits, and nothing behind it jumps ahead.
         self._waiting: dict[str, Launch] = {}
+        # Those of them that wait for what only their user lacks: the queue passes them.
+        self._passed: set[str] = set()
         # Jobs the backend said changed since the reconcile loop last looked, and its alarm.
         self._changed: set[str] = set()
         self._wake = asyncio.Event()
@@ -92,12 +94,16 @@ class Reconciler:
             try:
                 info = await self._backend.start(replace(launch, job=current))
             except StartFailed as exc:
-                self._waiting.pop(job.id, None)
+                self._unqueue(job.id)
                 failed = await self._records.transition(current, FAILED, str(exc), finished_at=utcnow())
                 return failed or current
             except NotYet as exc:
+                if exc.holds_queue:
+                    self._passed.discard(job.id)
+                else:
+                    self._passed.add(job.id)
                 return await self._wait(launch, current, str(exc))
-            self._waiting.pop(job.id, None)
+            self._unqueue(job.id)
             job = await self._records.update(current, backend=info) or current
             self._active[job.id] = job
         return job
@@ -116,12 +122,19 @@ class Reconciler:
         return current
 
     async def _start_waiting(self) -> None:
-        """Start queued jobs in the order they came, while the head of the queue fits."""
+        """Start queued jobs in the order they came, while the head of the queue fits;
+        a job that waits for what only its user lacks is passed."""
         for job_id, launch in list(self._waiting.items()):
             job = await self.start(launch)
             if job.id in self._waiting and job.state in (PENDING, BUILDING):
+                if job.id in self._passed:
+                    continue
                 return  # still waits: those behind it wait too
-            self._waiting.pop(job_id, None)
+            self._unqueue(job_id)
+
+    def _unqueue(self, job_id: str) -> None:
+        self._waiting.pop(job_id, None)
+        self._passed.discard(job_id)
 
     async def close(self) -> None:
         """Stop starting jobs (one recorded but not started is started at the restart,
@@ -277,7 +290,7 @@ class Reconciler:
 
     def _drop(self, job: JobRecord) -> None:
         self._active.pop(job.id, None)
-        self._waiting.pop(job.id, None)
+        self._unqueue(job.id)
         self._event_cursors.pop(job.id, None)
         self._job_locks.pop(job.id, None)
         self._backend.forget(job)

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from test_jobs_cli import as_json, make_package, ok, run_cli
 
-from kube_real import PodScript
+from kube_real import KubeClient, PodScript
 from kube_real.chart import ChartRights, install_rights
 from kube_real.fixtures import RealKube
 from paddlecloud.jobs.kube.names import COMPLETION_INDEX, LABEL_JOB, LABEL_ROLE, POD_INDEX, namespace_for
@@ -267,3 +267,21 @@ def kube_backend(
             rights.remove()
             if shared is not None:
                 real_kube.cluster.admin.request("DELETE", f"/api/v1/namespaces/{shared}")
+
+
+HOLD = "paddlecloud.test/hold"
+
+
+def hold_finalizer(admin: KubeClient, namespace: str, held: bool) -> Obj:
+    """Adds or removes a finalizer of the test's in the namespace's spec (only the finalize
+    subresource may change them): a namespace being deleted stays Terminating while it is
+    there, and goes at once when it is the last to go."""
+    path = f"/api/v1/namespaces/{namespace}"
+    while True:
+        obj = admin.get(path)
+        kept = [f for f in obj["spec"].get("finalizers", ()) if f != HOLD]
+        obj["spec"]["finalizers"] = [*kept, HOLD] if held else kept
+        reply = admin.request("PUT", f"{path}/finalize", obj)
+        if reply.status != 409:  # 409: changed meanwhile (the namespace controller); again
+            assert reply.status == 200, reply
+            return dict(reply.body)

@@ -132,24 +132,6 @@ def test_pod_security_refusing_a_hostpath_volume_fails_the_job_in_its_words(
     nothing_left(kube, "psa")
 
 
-HOLD = "paddlecloud.test/hold"
-
-
-def hold_finalizer(admin: KubeClient, namespace: str, held: bool) -> Obj:
-    """Adds or removes a finalizer of the test's in the namespace's spec (only the finalize
-    subresource may change them): a namespace being deleted stays Terminating while it is
-    there, and goes at once when it is the last to go."""
-    path = f"/api/v1/namespaces/{namespace}"
-    while True:
-        obj = admin.get(path)
-        kept = [f for f in obj["spec"].get("finalizers", ()) if f != HOLD]
-        obj["spec"]["finalizers"] = [*kept, HOLD] if held else kept
-        reply = admin.request("PUT", f"{path}/finalize", obj)
-        if reply.status != 409:  # 409: changed meanwhile (the namespace controller); again
-            assert reply.status == 200, reply
-            return dict(reply.body)
-
-
 def test_a_job_waits_while_its_namespace_terminates_then_starts_in_it_made_again(
     kube_server: Callable[..., kb.KubeBackend],
 ) -> None:
@@ -158,7 +140,7 @@ def test_a_job_waits_while_its_namespace_terminates_then_starts_in_it_made_again
     # A first job made the user's namespace (and the service remembers it made it).
     kube.submit("first")
     assert ended(kube, "first")["state"] == "SUCCEEDED"
-    old = hold_finalizer(admin, namespace, held=True)
+    old = kb.hold_finalizer(admin, namespace, held=True)
     admin.call("DELETE", f"/api/v1/namespaces/{namespace}")
     try:
         assert admin.get(f"/api/v1/namespaces/{namespace}")["status"]["phase"] == "Terminating"
@@ -172,7 +154,7 @@ def test_a_job_waits_while_its_namespace_terminates_then_starts_in_it_made_again
         waiting = [e for e in job["events"] if e["reason"] == "WaitingForResources"]
         assert [e["message"] for e in waiting] == [why], job["events"]
     finally:
-        hold_finalizer(admin, namespace, held=False)
+        kb.hold_finalizer(admin, namespace, held=False)
     job = ended(kube, "second")
     assert (job["state"], job["reason"]) == ("SUCCEEDED", "every trainer exited 0"), job
     made = admin.get(f"/api/v1/namespaces/{namespace}")

@@ -222,6 +222,41 @@ def test_a_namespace_it_did_not_make_is_left_as_it_was_and_the_job_waits_saying_
             assert objects == BUILT_IN | {"configmaps/team-config"}
 
 
+def test_a_job_waiting_on_its_users_namespace_holds_back_no_one_elses(
+    real_kube: RealKube, server_factory: Any, tmp_path: Path
+) -> None:
+    """The start queue is first come, first started, but a job that waits for what only its
+    user lacks (here: a namespace of that name the service did not make) is passed: bob's
+    job queued behind it (his namespace was being deleted) starts once it can."""
+    admin = real_kube.cluster.admin
+    prefix = f"t{secrets.token_hex(2)}-"
+    squatted = f"{prefix}admin"
+    admin.create("/api/v1/namespaces", {"metadata": {"name": squatted, "labels": {"team": "admin"}}})
+    try:
+        with kb.kube_backend(real_kube, server_factory, tmp_path, prefix=prefix) as k:
+            server, as_bob = k.server, ("--datacenter", "as-bob")
+            server.cli("users", "create", "bob", "--password-stdin", stdin="bob-password\n")
+            server.add_datacenter("as-bob", "bob", "bob-password")
+            ok(run_cli(server, *as_bob, "submit", "--name", "first", str(k.package())))
+            assert k.wait_for_state("first", ("SUCCEEDED", "FAILED"), *as_bob)["state"] == "SUCCEEDED"
+            bob = k.namespace("bob")
+            kb.hold_finalizer(admin, bob, held=True)
+            admin.call("DELETE", f"/api/v1/namespaces/{bob}")
+            try:
+                k.submit("clash")  # first in the queue, and it stays there
+                kb.wait(lambda: "not made by this installation" in k.job("clash")["reason"], "clash waits")
+                ok(run_cli(server, *as_bob, "submit", "--name", "second", str(k.package())))
+                kb.wait(lambda: "is being deleted" in k.job("second", *as_bob)["reason"], "second waits")
+            finally:
+                kb.hold_finalizer(admin, bob, held=False)
+            job = k.wait_for_state("second", ("SUCCEEDED", "FAILED"), *as_bob, timeout=90)
+            assert (job["state"], job["reason"]) == ("SUCCEEDED", "every trainer exited 0"), job
+            clash = k.job("clash")
+            assert clash["state"] == "PENDING" and "not made by this installation" in clash["reason"], clash
+    finally:
+        admin.call("DELETE", f"/api/v1/namespaces/{squatted}")
+
+
 @pytest.fixture
 def two_servers(real_kube: RealKube, server_factory: Any, tmp_path: Path) -> Iterator[list[kb.KubeBackend]]:
     """Two releases (each its own chart rights, so its own release) whose users'

@@ -383,8 +383,12 @@ class KubernetesBackend(Backend):
             # that went between two creates answers 404. A user's is made again: the job
             # waits. (The shared one is the operator's: without it the job cannot run.)
             gone = NAMESPACE_TERMINATING in exc.causes or isinstance(exc, NotFound)
+            if not gone and isinstance(exc, Forbidden) and not self._shared():
+                # The namespace controller deletes the service's RoleBinding with the rest
+                # of a Terminating namespace: RBAC refuses before the namespace would.
+                gone = await self._going(plan.namespace)
             if gone and not self._shared():
-                raise NotYet(self._terminating(plan.namespace)) from exc
+                raise NotYet(self._terminating(plan.namespace), holds_queue=False) from exc
             await self._undo(plan, uid)
             raise StartFailed(_refused(exc)) from exc
         except StartFailed:
@@ -392,6 +396,14 @@ class KubernetesBackend(Backend):
             raise
         log.info("kube_job_created", job=launch.job.name, owner=launch.job.owner, namespace=plan.namespace)
         return {"namespace": plan.namespace, "owner_uid": uid}
+
+    async def _going(self, namespace: str) -> bool:
+        """Whether `namespace` is being deleted, or is gone (the API server says)."""
+        try:
+            found = await self.kube.get("Namespace", None, namespace)
+        except KubeError:
+            return False
+        return found is None or (found.get("status") or {}).get("phase") == "Terminating"
 
     def _terminating(self, namespace: str) -> str:
         """Why a job waits whose user's namespace is being deleted (the user deleted and
@@ -499,7 +511,7 @@ class KubernetesBackend(Backend):
             await self.kube.create(manifest)
             return
         if not is_ours(existing, self._settings.release):
-            raise NotYet(self._not_ours(name, existing))
+            raise NotYet(self._not_ours(name, existing), holds_queue=False)
         patch = {"metadata": {"labels": manifest["metadata"].get("labels") or {}}}
         await self.kube.patch("Namespace", None, name, patch)
 
