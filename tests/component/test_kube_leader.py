@@ -128,6 +128,7 @@ async def test_one_leader_acts_and_a_follower_takes_over_a_running_job_without_m
         services = []
         for name, proxy in (("first", first_proxy), ("second", second_proxy)):
             settings = {
+                **rights.settings,  # who the service is, as the chart says: release, tenant role
                 # Each through a proxy of its own: what it asks of the API server is seen.
                 "kubeconfig": str(proxy.kubeconfig(rights.kubeconfig, tmp_path / f"{name}.kubeconfig")),
                 "namespace_prefix": prefix,
