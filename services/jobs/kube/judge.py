@@ -12,12 +12,12 @@ reasons a job still waits.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from paddlecloud.common.kuberefusal import CREATE_FAILED, VOLUME_FAILED, Refusal, refusal_in
 from paddlecloud.common.store.models import FAILED, PENDING, RUNNING, SUCCEEDED
 
 from ..exits import describe_exit
@@ -42,48 +42,12 @@ class Recorded:
     started_at: str | None = None
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """Kubernetes refusing the job's pods, or a pod's volume, as a Warning Event says, in
-    words. `lasting`: waiting does not change it (an admission check of the pods' spec
-    against a namespace's fixed rules), so the job fails; else it may pass (the quota
-    frees, the ServiceAccount is made, the volume mounts) and the job waits."""
-
-    message: str
-    lasting: bool = False
-
-
 # Warning Events the judge reads (the backend lists the namespace's, `type=Warning`):
-# the Job and StatefulSet controllers' FailedCreate, the kubelet's FailedMount and the
-# attach/detach controller's FailedAttachVolume. FailedScheduling is not among them: the
-# scheduler writes the same message into the pod's PodScheduled condition, which
-# `_pod_waiting` reads, so a reason has one source.
-CREATE_FAILED = "FailedCreate"
-VOLUME_FAILED = ("FailedMount", "FailedAttachVolume")
-_LIMIT_RANGE = re.compile(r"(maximum|minimum) \S+ usage per (Container|Pod)|limit to request ratio per")
-_DENIED = re.compile(r'admission webhook ".*" denied the request|ValidatingAdmissionPolicy .* denied request')
-
-
-def refusal_in(reason: str, message: str) -> Refusal:
-    """What a Warning Event about the job's objects means for it, in words. Lasting: Pod
-    Security, a LimitRange's bound, an admission webhook's or ValidatingAdmissionPolicy's
-    denial (each judges the pods' spec against the namespace's rules, and neither changes
-    while the job waits). Waiting: the quota, a ServiceAccount not yet made in a new
-    namespace, a volume that does not mount (yet), and any refusal not known here (a
-    webhook that does not answer, say): they may pass by themselves."""
-    if reason in VOLUME_FAILED:
-        return Refusal(f"a volume of its pods does not mount: {message}")
-    if "violates PodSecurity" in message:
-        return Refusal(f"Kubernetes refuses its pods (Pod Security admission): {message}", lasting=True)
-    if _LIMIT_RANGE.search(message):
-        return Refusal(f"the namespace's LimitRange refuses its pods: {message}", lasting=True)
-    if _DENIED.search(message):
-        return Refusal(f"an admission policy refuses its pods: {message}", lasting=True)
-    if "quota" in message:
-        return Refusal(f"the namespace's quota refuses its pods: {message}")
-    if "error looking up service account" in message:
-        return Refusal(f"its pods wait for the namespace's ServiceAccount to be made: {message}")
-    return Refusal(f"Kubernetes does not create its pods: {message}")
+# the Job and StatefulSet controllers' FailedCreate (CREATE_FAILED), the kubelet's
+# FailedMount and the attach/detach controller's FailedAttachVolume (VOLUME_FAILED); what
+# each means is paddlecloud.common.kuberefusal.refusal_in, which the kaniko builder shares.
+# FailedScheduling is not among them: the scheduler writes the same message into the
+# pod's PodScheduled condition, which `_pod_waiting` reads, so a reason has one source.
 
 
 @dataclass(frozen=True)
