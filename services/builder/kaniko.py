@@ -9,8 +9,10 @@ and pushed to a registry (docs/builder.md, "The kaniko backend").
   only record, so nothing here can go stale; the registry's retention rules are the size
   cap (`entries()` lists nothing).
 - A build creates a ConfigMap (the context), a Secret (the credentials) and the Job
-  (kaniko_manifests.py), waits for the executor to start, copies its log stream into the
-  build's log file (kept after the pod goes; resumed by bytes when the stream breaks),
+  (kaniko_manifests.py), waits for the executor to start (failing the build at once when
+  admission refuses its pod for good, as the Job's FailedCreate Warning Event says),
+  copies its log stream into the build's log file (kept after the pod goes; resumed by
+  bytes when the stream breaks),
   and reads the end from the pod: exit 0 and the tag present in the registry is success;
   anything else fails the build with pip's and Kaniko's last error lines. It stops the
   build at `builder.build_timeout_seconds` (the Job's own deadline is a backstop should the
@@ -35,6 +37,7 @@ import structlog
 from paddlecloud.common.config import Config, ConfigError
 from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, read_auths
 from paddlecloud.common.kube import Conflict, Kube, KubeError
+from paddlecloud.common.kuberefusal import CREATE_FAILED, refusal_in
 
 from . import kaniko_manifests as manifests
 from .backend import (
@@ -55,6 +58,8 @@ from .registry import ImageRef, RegistryAuthError, RegistryClient, RegistryError
 
 log = structlog.get_logger(__name__)
 
+# How often, at most, the Warning Events of a build's Job are read while it has no pod.
+EVENTS_SECONDS = 2.0
 REASON_LINES = 3
 REASON_CHARS = 2000
 # Kaniko's own failure line (`--log-format=text`): "error building image: ..." and friends.
@@ -218,13 +223,14 @@ class KanikoBuildBackend(BuildBackend):
 
     async def build(self, request: BuildRequest) -> Outcome:
         started = time.monotonic()
+        waits: list[str] = []  # why the pod is not made yet, should the build time out
         with open(self._logs.path(request.build_id), "ab", buffering=0) as out:  # noqa: ASYNC230 - local append
             try:
                 build = self.plan(request)
                 say(out, f"build {request.build_id} of key {request.key}")
                 say(out, f"FROM {build.base}; pushing {build.destination}")
                 async with asyncio.timeout(self._timeout):
-                    await self._run(build, self.docker_config(request), out)
+                    await self._run(build, self.docker_config(request), out, waits)
                 elapsed = time.monotonic() - started
                 say(out, f"pushed {build.destination} in {elapsed:.1f} s")
                 return Outcome(True, f"built in {elapsed:.1f} s", {"image": build.destination})
@@ -233,6 +239,8 @@ class KanikoBuildBackend(BuildBackend):
                 return Outcome(False, str(exc))
             except TimeoutError:
                 reason = f"the build took longer than {self._timeout:g} s and was stopped"
+                if waits:
+                    reason += f"; {waits[-1]}"
                 say(out, f"stopped: {reason}")
                 return Outcome(False, reason)
             except KubeError as exc:
@@ -246,7 +254,9 @@ class KanikoBuildBackend(BuildBackend):
                 # Shielded: a stopping service still removes the build's Job and Secret.
                 await asyncio.shield(self._remove(request.build_id))
 
-    async def _run(self, build: manifests.KanikoBuild, config_json: str, out: BinaryIO) -> None:
+    async def _run(
+        self, build: manifests.KanikoBuild, config_json: str, out: BinaryIO, waits: list[str]
+    ) -> None:
         namespace = self._settings.namespace
         context = manifests.context_config_map(build)
         secret = manifests.docker_config_secret(build, config_json)
@@ -257,7 +267,7 @@ class KanikoBuildBackend(BuildBackend):
         for kind, obj in (("ConfigMap", context), ("Secret", secret)):
             await self.kube.patch(kind, namespace, obj["metadata"]["name"], manifests.owned_by(job))
         say(out, f"Job {namespace}/{job['metadata']['name']} created")
-        pod = await self._executor_started(build.build_id, out)
+        pod = await self._executor_started(build.build_id, str(job["metadata"]["uid"]), out, waits)
         start = os.fstat(out.fileno()).st_size
         terminated = await self._copy_log(pod, out)
         code = int(terminated.get("exitCode", -1))
@@ -280,11 +290,15 @@ class KanikoBuildBackend(BuildBackend):
                 raise
             return existing  # created by an earlier attempt of this same build
 
-    async def _executor_started(self, build_id: str, out: BinaryIO) -> str:
+    async def _executor_started(self, build_id: str, job_uid: str, out: BinaryIO, waits: list[str]) -> str:
         """The build pod's name once the executor runs (or ended); _Failed when the pod
-        fails before it. What it waits for is said in the log, once each."""
+        fails before it, or when admission refuses to make it for good (Pod Security, a
+        LimitRange, an admission policy: the Job's FailedCreate Warning Event says so).
+        What it waits for is said in the log, once each, and the last reason the pod is not
+        made (a quota) is added to `waits`."""
         namespace = self._settings.namespace
         said: set[str] = set()
+        events_read = -EVENTS_SECONDS
 
         def note(text: str) -> None:
             if text not in said:
@@ -329,7 +343,29 @@ class KanikoBuildBackend(BuildBackend):
                 for condition in (job.get("status") or {}).get("conditions") or []:
                     if condition.get("type") == "Failed" and condition.get("status") == "True":
                         raise _Failed(f"the build's Job failed: {condition.get('message', '')}")
+                if time.monotonic() - events_read >= EVENTS_SECONDS:
+                    events_read = time.monotonic()
+                    waiting = await self._not_created(job_uid)
+                    if waiting is not None:
+                        note(f"the build waits: {waiting}")
+                        waits.append(waiting)
             await asyncio.sleep(self._poll)
+
+    async def _not_created(self, job_uid: str) -> str | None:
+        """Why the Job controller cannot make the build's pod, from the newest FailedCreate
+        Warning Event of its Job (filtered on the API server); None when there is none.
+        _Failed when the refusal lasts (Pod Security, a LimitRange, an admission policy)."""
+        answer = await self.kube.list(
+            "Event", self._settings.namespace, fields=f"involvedObject.uid={job_uid},type=Warning"
+        )
+        found = [e for e in answer.get("items") or [] if e.get("reason") == CREATE_FAILED]
+        if not found:
+            return None
+        latest = max(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        refusal = refusal_in(CREATE_FAILED, str(latest.get("message") or ""), "the build's pods")
+        if refusal.lasting:
+            raise _Failed(refusal.message)
+        return refusal.message
 
     async def _copy_log(self, pod: str, out: BinaryIO) -> dict[str, Any]:
         """Append the executor's log to `out` until it ends; its terminated state."""

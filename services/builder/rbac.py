@@ -8,7 +8,8 @@ ClusterRole.
 
 Least privilege: Secrets are created, patched (their owner reference) and deleted, never
 read or listed; pods are read and their logs streamed, never created, exec'ed or
-attached to (the Job controller creates them); nothing that grants rights.
+attached to (the Job controller creates them); Events are listed, never written;
+nothing that grants rights.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ PERMISSIONS: tuple[Permission, ...] = (
     ),
     Permission("", "pods", ("get", "list"), "when the executor starts, and how it ended"),
     Permission("", "pods/log", ("get",), "the build log, streamed as it is written"),
+    Permission(
+        "",
+        "events",
+        ("list",),
+        "the Warning Events of a build's Job: why admission refuses its pod (Pod Security, quota)",
+    ),
 )
 
 

@@ -122,7 +122,9 @@ def kaniko(
     return script
 
 
-def builder_config(tmp_path: Path, builds: Builds, registry: RealRegistry, password: str = PASSWORD) -> Any:
+def builder_config(
+    tmp_path: Path, builds: Builds, registry: RealRegistry, password: str = PASSWORD, timeout: float = 3600.0
+) -> Any:
     auth = tmp_path / "push-config.json"
     auth.write_text(dockerconfigjson({registry.host: Credentials(USER, password)}))
     settings = {
@@ -141,6 +143,7 @@ def builder_config(tmp_path: Path, builds: Builds, registry: RealRegistry, passw
             "backend": "kaniko",
             "kaniko": settings,
             "work_dir": str(tmp_path / "builder"),
+            "build_timeout_seconds": timeout,
             "poll_seconds": 0.02,
             "find_links": ["http://wheels.example/"],
             "no_index": True,
@@ -301,11 +304,7 @@ async def test_a_build_past_its_timeout_is_stopped_and_says_so(
     client_for: Callable[..., Any],
     tmp_path: Path,
 ) -> None:
-    config = builder_config(tmp_path, builds, registry)
-    config = config.model_copy(
-        update={"builder": config.builder.model_copy(update={"build_timeout_seconds": 1.0})}
-    )
-    client = await client_for(config)
+    client = await client_for(builder_config(tmp_path, builds, registry, timeout=1.0))
     lines = ("INFO[0000] Downloading a very large wheel",)
     with real_kube.scripted(kaniko(real_kube.cluster.admin, registry, lines, push=False, run_forever=True)):
         _, build = await call(client, "POST", API, {"requirements": "tinypkg\n"})
@@ -318,6 +317,54 @@ async def test_a_build_past_its_timeout_is_stopped_and_says_so(
     _, text = await call(client, "GET", f"{API}/{build['id']}/logs")
     assert "Downloading a very large wheel" in text
     assert "stopped: the build took longer than 1 s" in text
+
+
+async def build_without_a_pod(
+    real_kube: RealKube, builds: Builds, registry: RealRegistry, client: TestClient[Any, Any]
+) -> tuple[dict[str, Any], str]:
+    """One build in a builds namespace whose pods Kubernetes does not make: the build as
+    it ended, and its log; no executor pod ran."""
+    with real_kube.scripted(kaniko(real_kube.cluster.admin, registry)):
+        _, build = await call(client, "POST", API, {"requirements": "tinypkg\n"})
+        done = await wait_final(client, build["id"])
+    assert done["state"] == "FAILED", done
+    assert not registry.runs, "no executor pod ran"
+    _, text = await call(client, "GET", f"{API}/{build['id']}/logs")
+    return done, text
+
+
+async def test_a_build_pod_refused_by_pod_security_fails_the_build_saying_why(
+    real_kube: RealKube, registry: RealRegistry, client_for: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A builds namespace left at `restricted` refuses the executor (root, capabilities):
+    the Job controller's FailedCreate Warning Event, read with the chart's builder rights,
+    fails the build long before its timeout, in the admission's words, and the Job goes."""
+    with builds_namespace(real_kube, tmp_path, pod_security="restricted") as builds:
+        client = await client_for(builder_config(tmp_path, builds, registry, timeout=20.0))
+        done, text = await build_without_a_pod(real_kube, builds, registry, client)
+        why = "Kubernetes refuses the build's pods (Pod Security admission): "
+        assert done["reason"].startswith(why), done
+        assert 'violates PodSecurity "restricted:latest"' in done["reason"], done
+        assert f"build failed: {why}" in text
+        await all_gone(real_kube.cluster.admin, builds.namespace, done["id"])
+
+
+async def test_a_build_pod_held_by_the_quota_waits_and_its_timeout_says_why(
+    real_kube: RealKube,
+    builds: Builds,
+    registry: RealRegistry,
+    client_for: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """A quota may free: the build waits (its log says for what) and, stopped at its
+    timeout, its reason names the quota."""
+    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    real_kube.cluster.admin.create(f"/api/v1/namespaces/{builds.namespace}/resourcequotas", quota)
+    client = await client_for(builder_config(tmp_path, builds, registry, timeout=8.0))
+    done, text = await build_without_a_pod(real_kube, builds, registry, client)
+    why = "the namespace's quota refuses the build's pods: "
+    assert done["reason"].startswith(f"the build took longer than 8 s and was stopped; {why}"), done
+    assert f"the build waits: {why}" in text
 
 
 async def test_a_moved_base_tag_is_a_new_key_and_a_private_base_is_read_with_the_users_credentials(

@@ -14,10 +14,7 @@ from kube_real.fixtures import RealKube
 
 # docs/builder.md: Kaniko's executor runs as root with a few capabilities, which
 # `restricted` refuses; the builds namespace needs `baseline`.
-POD_SECURITY = {
-    "pod-security.kubernetes.io/enforce": "baseline",
-    "pod-security.kubernetes.io/warn": "baseline",
-}
+POD_SECURITY = "baseline"
 
 
 @dataclass
@@ -29,15 +26,17 @@ class Builds:
 
 
 @contextmanager
-def builds_namespace(real_kube: RealKube, home: Path) -> Iterator[Builds]:
-    """A builds namespace of its own (Pod Security `baseline`), and the builder's
+def builds_namespace(real_kube: RealKube, home: Path, pod_security: str = POD_SECURITY) -> Iterator[Builds]:
+    """A builds namespace of its own (Pod Security `baseline` unless a test asks for
+    another level: `restricted` refuses the executor), and the builder's
     ServiceAccount, Role and RoleBinding exactly as charts/paddlecloud renders them for
     ci/kaniko-values.yaml with that namespace, the account in a namespace of its own;
     all deleted afterwards. The kubeconfig with the account's token is under `home`."""
     admin = real_kube.cluster.admin
     token = secrets.token_hex(3)
     namespace = f"pcbuilds-{token}"
-    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": POD_SECURITY}})
+    labels = {f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "warn")}
+    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels}})
     try:
         # Until the ServiceAccount controller made `default`, admission refuses every pod.
         admin.wait_for(f"/api/v1/namespaces/{namespace}/serviceaccounts", lambda _: True, name="default")
