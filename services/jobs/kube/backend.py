@@ -104,7 +104,7 @@ NAMESPACE_TERMINATING = "NamespaceTerminating"
 # How RBAC's authorizer words a refusal (k8s.io/apiserver's forbiddenMessage).
 _RBAC_REFUSAL = re.compile(r'User ".*" cannot [a-z]+ resource "')
 # How often a namespace's Warning Events are read, at most, while a job of it waits
-# (judge.refusal_in: quota, Pod Security, LimitRange, a missing ServiceAccount, a mount).
+# (common.kuberefusal.refusal_in: quota, Pod Security, LimitRange, a missing ServiceAccount, a mount).
 EVENT_CHECK_SECONDS = 5.0
 LOG_POLL_SECONDS = 0.5
 # A log kept when its container ends is tried this many times, backing off, before it is
