@@ -10,7 +10,7 @@ HELM   := $(BIN)/helm
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac \
-	kube-control-plane kube-up ferretdb
+	kube-control-plane kube-up ferretdb crane
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -90,7 +90,7 @@ lint: install-dev
 # (Ceph, the Kubernetes control plane) stay on one worker each (tests/conftest.py).
 TEST_WORKERS ?= 4
 
-test: lint system-deps kube-control-plane ferretdb
+test: lint system-deps kube-control-plane ferretdb crane
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The real Kubernetes control plane the tests run against (docs/testing.md): etcd,
@@ -109,6 +109,12 @@ kube-up: install kube-control-plane
 # version pinned in the script, at low priority, into ~/.cache/paddlecloud/ferretdb-<version>.
 ferretdb:
 	scripts/ferretdb.sh build >/dev/null
+
+# crane (go-containerregistry), which the kaniko builder's pusher image and `make images`
+# use and the builder's tests run for real: built from its Go module at the version pinned
+# in the script into ~/.cache/paddlecloud/crane-<version>; nothing to do when cached.
+crane:
+	scripts/crane.sh build >/dev/null
 
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps
