@@ -270,7 +270,7 @@ async def _registry_rounds(
             base_ref = await backend.base_identity(None)
             for round_number in range(REGISTRY_ROUNDS):
                 text = f"benchpkg0\n# round {round_number} {time.time()}\n"
-                key = cache_key(base_ref, text, backend.version)
+                key = cache_key(base_ref, text, backend.version, "bench")
                 plan = backend.plan(
                     BuildRequest(f"{round_number:032x}", key, "bench", text, base_ref=base_ref)
                 )
@@ -288,7 +288,7 @@ async def _registry_rounds(
                 cold.append(time.perf_counter() - started)
                 for _ in range(REGISTRY_HITS):
                     started = time.perf_counter()
-                    found = await backend.lookup(key, touch=True)
+                    found = await backend.lookup(key, touch=True, owner="bench")
                     hits.append(time.perf_counter() - started)
                     assert found is not None
         finally:

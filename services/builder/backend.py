@@ -137,6 +137,10 @@ class BuildBackend(abc.ABC):
     artifact_fields: tuple[str, ...]
     # Whether published results can go (the size cap): then a build's view asks `lookup`.
     evicts: bool = True
+    # Whether each user's results are their own: the key holds the owner, so one user's
+    # result is never handed to another (Kaniko: user code runs as root in the build, so
+    # an image is only as trustworthy as the requests of its owner).
+    per_user: bool = False
 
     async def open(self) -> None:  # noqa: B027 - most backends need nothing here
         """Prepare to build (called once when the service starts)."""
@@ -150,9 +154,9 @@ class BuildBackend(abc.ABC):
         BackendUnavailable if that cannot be found out now."""
 
     @abc.abstractmethod
-    async def lookup(self, key: str, *, touch: bool) -> Published | None:
-        """The published result for `key`; with `touch`, count this as a use of it.
-        BackendUnavailable when that cannot be known now."""
+    async def lookup(self, key: str, *, touch: bool, owner: str) -> Published | None:
+        """The published result for `key` (`owner`'s, where results are per user); with
+        `touch`, count this as a use of it. BackendUnavailable when that cannot be known now."""
 
     @abc.abstractmethod
     async def build(self, request: BuildRequest) -> Outcome:

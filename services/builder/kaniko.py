@@ -5,16 +5,21 @@ and pushed to a registry (docs/builder.md, "The kaniko backend").
   registry (with the user's saved credentials when the request names them), and the
   build's Dockerfile says `FROM <base>@<digest>`, so the image under a key is built from
   exactly what the key says, and a moved tag means a new key.
-- A lookup is a HEAD on `<registry>/<repository>/manifests/<key>`: the registry is the
-  only record, so nothing here can go stale; the registry's retention rules are the size
-  cap (`entries()` lists nothing).
-- A build creates a ConfigMap (the context), a Secret (the credentials) and the Job
-  (kaniko_manifests.py), waits for the executor to start (failing the build at once when
-  admission refuses its pod for good, as the Job's FailedCreate Warning Event says),
-  copies its log stream into the build's log file (kept after the pod goes; resumed by
-  bytes when the stream breaks),
-  and reads the end from the pod: exit 0 and the tag present in the registry is success;
-  anything else fails the build with pip's and Kaniko's last error lines. It stops the
+- Each user's images are theirs: the key holds the owner (`per_user`), and the image is
+  `<registry>/<repository>/<user>:<key>`, so two users with the same requirements get two
+  images, and a lookup looks only in the asking user's path. Only the pusher, which runs
+  no user code, holds the push credentials, and the builder alone says where it pushes.
+- A lookup is a HEAD on `<registry>/<repository>/<user>/manifests/<key>`: the registry is
+  the only record, so nothing here can go stale; the registry's retention rules are the
+  size cap (`entries()` lists nothing).
+- A build creates a ConfigMap (the context), the push credentials' Secret (and the user's
+  pull Secret for a private base) and the Job (kaniko_manifests.py), waits for the
+  executor to start (failing the build at once when admission refuses its pod for good,
+  as the Job's FailedCreate Warning Event says), copies the executor's and then the
+  pusher's log stream into the build's log file (kept after the pod goes; resumed by
+  bytes when a stream breaks), and reads the end from the pod: both exit 0 and the tag
+  present in the registry is success; anything else fails the build with pip's and
+  Kaniko's (or the pusher's) last error lines. It stops the
   build at `builder.build_timeout_seconds` (the Job's own deadline is a backstop should the
   builder be gone), and when the service stops, and removes the Job either way.
 - After a restart, `recover` deletes what interrupted builds left in the build namespace.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import time
@@ -38,6 +44,7 @@ from paddlecloud.common.config import Config, ConfigError
 from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_of, read_auths
 from paddlecloud.common.kube import Conflict, Kube, KubeError
 from paddlecloud.common.kuberefusal import CREATE_FAILED, refusal_in
+from paddlecloud.common.store.models import USER_NAME
 
 from . import kaniko_manifests as manifests
 from .backend import (
@@ -72,9 +79,11 @@ class _Failed(Exception):
 
 class KanikoBuildBackend(BuildBackend):
     name = "kaniko"
-    version = "kaniko-1"
+    # kaniko-2: built in two steps (--no-push, then the pusher), under per-user paths.
+    version = "kaniko-2"
     artifact_fields = ("image",)
     evicts = False
+    per_user = True
 
     def __init__(self, config: Config, *, kube: Kube | None = None) -> None:
         section = config.builder
@@ -92,11 +101,8 @@ class KanikoBuildBackend(BuildBackend):
         self._given_kube = kube
         self._kube: Kube | None = kube
         self._registry_host = host_of(settings.registry)
-        self._target = ImageRef(self._registry_host, settings.repository, "latest")
         self._image_prefix = f"{settings.registry}/{settings.repository}"
-        self._cache_repo = (
-            f"{settings.registry}/{settings.cache_repository or settings.repository + '/cache'}"
-        )
+        self._insecure_push = self._registry_host in {host_of(h) for h in settings.insecure_registries}
         self._timeout = section.build_timeout_seconds
         self._index = PipIndex(
             section.index_url, section.find_links, section.no_index, settings.trusted_hosts
@@ -160,8 +166,12 @@ class KanikoBuildBackend(BuildBackend):
 
     # -- keys and lookups ------------------------------------------------------------
 
-    def image_of(self, key: str) -> str:
-        return f"{self._image_prefix}:{key}"
+    def image_of(self, owner: str, key: str) -> str:
+        """Where `owner`'s image of `key` is: `<registry>/<repository>/<user>:<key>`."""
+        return f"{self._image_prefix}/{user_path(owner)}:{key}"
+
+    def _target(self, owner: str, key: str) -> ImageRef:
+        return ImageRef(self._registry_host, f"{self._settings.repository}/{user_path(owner)}", key)
 
     async def base_identity(self, base: str | None, registry: RegistryLogin | None = None) -> str:
         text = base or self._settings.base_image
@@ -185,12 +195,12 @@ class KanikoBuildBackend(BuildBackend):
             raise BaseRefused(f"the base image {text} does not exist (the registry has no such manifest)")
         return str(ref.with_digest(digest))
 
-    async def lookup(self, key: str, *, touch: bool) -> Published | None:
+    async def lookup(self, key: str, *, touch: bool, owner: str) -> Published | None:
         try:
-            found = await self.registry.exists(self._target.with_tag(key))
+            found = await self.registry.exists(self._target(owner, key))
         except RegistryError as exc:
-            raise BackendUnavailable(f"cannot look up {self.image_of(key)}: {exc}") from None
-        return Published({"image": self.image_of(key)}, "") if found else None
+            raise BackendUnavailable(f"cannot look up {self.image_of(owner, key)}: {exc}") from None
+        return Published({"image": self.image_of(owner, key)}, "") if found else None
 
     # -- building --------------------------------------------------------------------
 
@@ -203,23 +213,26 @@ class KanikoBuildBackend(BuildBackend):
             key=request.key,
             owner=request.owner,
             base=request.base_ref,
-            destination=self.image_of(request.key),
-            cache_repo=self._cache_repo,
+            destination=self.image_of(request.owner, request.key),
             requirements=request.requirements,
             builder_version=self.version,
             settings=self._settings,
             index=self._index,
             timeout_seconds=self._timeout,
+            pull_credentials=request.registry is not None,
+            insecure_push=self._insecure_push,
         )
 
     def docker_config(self, request: BuildRequest) -> str:
-        """The build's config.json: the user's credentials for a private base, and the
-        push credentials (which win for the push registry)."""
-        entries: dict[str, Credentials] = {}
-        if request.registry is not None:
-            entries[request.registry.server] = request.registry.credentials
-        entries.update(self._push)
-        return dockerconfigjson(entries)
+        """The pusher's config.json: the push credentials alone."""
+        return dockerconfigjson(self._push)
+
+    def pull_config(self, request: BuildRequest) -> str | None:
+        """The executor's config.json: the user's own credentials for a private base, or
+        None. Never the push credentials: the executor runs user code."""
+        if request.registry is None:
+            return None
+        return dockerconfigjson({request.registry.server: request.registry.credentials})
 
     async def build(self, request: BuildRequest) -> Outcome:
         started = time.monotonic()
@@ -230,7 +243,7 @@ class KanikoBuildBackend(BuildBackend):
                 say(out, f"build {request.build_id} of key {request.key}")
                 say(out, f"FROM {build.base}; pushing {build.destination}")
                 async with asyncio.timeout(self._timeout):
-                    await self._run(build, self.docker_config(request), out, waits)
+                    await self._run(build, self.docker_config(request), self.pull_config(request), out, waits)
                 elapsed = time.monotonic() - started
                 say(out, f"pushed {build.destination} in {elapsed:.1f} s")
                 return Outcome(True, f"built in {elapsed:.1f} s", {"image": build.destination})
@@ -255,26 +268,39 @@ class KanikoBuildBackend(BuildBackend):
                 await asyncio.shield(self._remove(request.build_id))
 
     async def _run(
-        self, build: manifests.KanikoBuild, config_json: str, out: BinaryIO, waits: list[str]
+        self,
+        build: manifests.KanikoBuild,
+        config_json: str,
+        pull_json: str | None,
+        out: BinaryIO,
+        waits: list[str],
     ) -> None:
         namespace = self._settings.namespace
-        context = manifests.context_config_map(build)
-        secret = manifests.docker_config_secret(build, config_json)
-        await self._create(context)
-        await self._create(secret)
+        owned = [("ConfigMap", manifests.context_config_map(build))]
+        owned.append(("Secret", manifests.docker_config_secret(build, config_json)))
+        if pull_json is not None:
+            name = manifests.pull_secret_name(build.build_id)
+            owned.append(("Secret", manifests.docker_config_secret(build, pull_json, name)))
+        for _, obj in owned:
+            await self._create(obj)
         job = await self._create(manifests.build_job(build))
         # Owned by the Job from now on: deleting it (or its TTL) removes them too.
-        for kind, obj in (("ConfigMap", context), ("Secret", secret)):
+        for kind, obj in owned:
             await self.kube.patch(kind, namespace, obj["metadata"]["name"], manifests.owned_by(job))
         say(out, f"Job {namespace}/{job['metadata']['name']} created")
         pod = await self._executor_started(build.build_id, str(job["metadata"]["uid"]), out, waits)
         start = os.fstat(out.fileno()).st_size
-        terminated = await self._copy_log(pod, out)
+        terminated = await self._copy_log(pod, manifests.EXECUTOR, out)
         code = int(terminated.get("exitCode", -1))
         if code != 0:
             raise _Failed(self._failure(terminated, code, Path(out.name), start))
+        start = os.fstat(out.fileno()).st_size
+        terminated = await self._copy_log(pod, manifests.PUSHER, out)
+        code = int(terminated.get("exitCode", -1))
+        if code != 0:
+            raise _Failed(_push_failure(terminated, code, Path(out.name), start))
         try:
-            pushed = await self.registry.exists(self._target.with_tag(build.key))
+            pushed = await self.registry.exists(self._target(build.owner, build.key))
         except RegistryError as exc:
             raise _Failed(f"Kaniko finished, but the registry cannot confirm the push: {exc}") from None
         if not pushed:
@@ -316,7 +342,7 @@ class KanikoBuildBackend(BuildBackend):
                 status = pod.get("status") or {}
                 for init in status.get("initContainerStatuses") or []:
                     ended = (init.get("state") or {}).get("terminated")
-                    if ended and int(ended.get("exitCode", 0)) != 0:
+                    if init.get("name") == manifests.CONTEXT_INIT and ended and int(ended.get("exitCode", 0)):
                         raise _Failed(f"preparing the build context failed (exit {ended.get('exitCode')})")
                 executor = _container(status, manifests.EXECUTOR)
                 state = (executor or {}).get("state") or {}
@@ -325,7 +351,8 @@ class KanikoBuildBackend(BuildBackend):
                     return name
                 if status.get("phase") == "Failed":
                     raise _Failed(f"the build pod failed before Kaniko started: {status.get('reason') or ''}")
-                for container in (*(status.get("initContainerStatuses") or []), executor or {}):
+                inits = status.get("initContainerStatuses") or []
+                for container in (*inits, *(status.get("containerStatuses") or [])):
                     waiting = (container.get("state") or {}).get("waiting") or {}
                     if waiting.get("reason") and waiting["reason"] not in (
                         "PodInitializing",
@@ -367,14 +394,14 @@ class KanikoBuildBackend(BuildBackend):
             raise _Failed(refusal.message)
         return refusal.message
 
-    async def _copy_log(self, pod: str, out: BinaryIO) -> dict[str, Any]:
-        """Append the executor's log to `out` until it ends; its terminated state."""
+    async def _copy_log(self, pod: str, container: str, out: BinaryIO) -> dict[str, Any]:
+        """Append `container`'s log to `out` until it ends; its terminated state."""
         namespace = self._settings.namespace
         written, delay, ends_line = 0, self._poll, True
         while True:
             broke = False
             try:
-                async for chunk in self.kube.follow_log(namespace, pod, manifests.EXECUTOR, skip=written):
+                async for chunk in self.kube.follow_log(namespace, pod, container, skip=written):
                     out.write(chunk)
                     written += len(chunk)
                     ends_line = chunk.endswith(b"\n")
@@ -383,8 +410,8 @@ class KanikoBuildBackend(BuildBackend):
                 log.warning("build_log_stream_broke", pod=pod, error=str(exc), retry_in=round(delay, 2))
             current = await self.kube.get("Pod", namespace, pod)
             if current is None:
-                raise _Failed("the build pod was deleted before Kaniko finished")
-            state = (_container(current.get("status") or {}, manifests.EXECUTOR) or {}).get("state") or {}
+                raise _Failed(f"the build pod was deleted before its {container} container finished")
+            state = (_container(current.get("status") or {}, container) or {}).get("state") or {}
             if "terminated" in state and not broke:
                 if not ends_line:
                     out.write(b"\n")
@@ -408,6 +435,7 @@ class KanikoBuildBackend(BuildBackend):
         for kind, name in (
             ("Job", manifests.job_name(build_id)),
             ("Secret", manifests.secret_name(build_id)),
+            ("Secret", manifests.pull_secret_name(build_id)),
             ("ConfigMap", manifests.job_name(build_id)),
         ):
             try:
@@ -455,8 +483,31 @@ class KanikoBuildBackend(BuildBackend):
         return self._logs.read(log_id, query, finished)
 
 
+def user_path(owner: str) -> str:
+    """The repository component of `owner`'s images: the name itself, which the users API
+    keeps a DNS label (store.models.USER_NAME), and so a valid path component; any other
+    text (a store written by hand) a hash of it, so two names never share a path."""
+    if USER_NAME.match(owner):
+        return owner
+    return "u-" + hashlib.sha256(owner.encode()).hexdigest()[:24]
+
+
 def _container(status: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("containerStatuses") or [] if c.get("name") == name), None)
+    """The status of container `name`, an init container (the executor) or not."""
+    every = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    return next((c for c in every if c.get("name") == name), None)
+
+
+def _push_failure(terminated: dict[str, Any], code: int, path: Path, start: int) -> str:
+    """Why the pusher failed: its `push:` line, else its last line."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(start)
+        lines = [line.strip() for line in f.read().decode("utf-8", errors="replace").splitlines()]
+        said = [line for line in lines if line.startswith("push:")] or [line for line in lines if line]
+        if said:
+            return f"pushing the image failed (exit {code}): {said[-1][:REASON_CHARS]}"
+    reason = f", {terminated['reason']}" if terminated.get("reason") else ""
+    return f"pushing the image failed (exit {code}{reason})"
 
 
 def _error_lines(path: Path, start: int) -> str:

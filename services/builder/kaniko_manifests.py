@@ -1,26 +1,37 @@
 """What a Kaniko build is made of, as pure functions: the Dockerfile and its context, and
 the Kubernetes objects that run it. Nothing here talks to a cluster or a registry.
 
-One build is three objects in the build namespace, named after the build:
+One build is up to four objects in the build namespace, named after the build:
 
 - `pcbuild-<id>`, a ConfigMap: the build context, the generated `Dockerfile` and the
   `requirements.txt` exactly as the request sent it (the text the cache key holds);
 - `pcbuild-<id>-docker`, a Secret of type `kubernetes.io/dockerconfigjson`: the push
-  credentials, and the user's credentials for a private base image, as Kaniko reads them
-  from `/kaniko/.docker/config.json`;
-- `pcbuild-<id>`, a batch/v1 Job running the executor, which pushes
-  `<registry>/<repository>:<key>` and keeps its layer cache in `--cache-repo`. An init
-  container copies the context out of the ConfigMap into the workspace, because a
-  ConfigMap volume's files are symbolic links, which Kaniko would copy as links.
+  credentials, mounted in the pusher alone;
+- `pcbuild-<id>-pull`, the same kind of Secret, only when the request names the user's
+  saved credentials for a private base image: mounted in the executor, where the user's
+  own build can read them (they are the user's own);
+- `pcbuild-<id>`, a batch/v1 Job of one pod in two steps. The executor, an init
+  container, builds with `--no-push --tar-path` into an emptyDir and holds no push
+  credential: Kaniko runs the RUN steps (pip, and any `setup.py` of an sdist) in the
+  executor container's own root filesystem, so whatever is mounted there is readable by
+  user code. Then the pusher, the only container that mounts the push credentials and one
+  that runs no user code, pushes the tarball to `<registry>/<repository>/<user>:<key>`
+  (`python -m paddlecloud.builder.push`, which opens the tarball without following links).
+  An init container before both copies the context out of the ConfigMap into the
+  workspace, because a ConfigMap volume's files are symbolic links, which Kaniko would
+  copy as links.
 
-The ConfigMap and the Secret are owned by the Job (the backend adds the reference once the
+No layer cache (`--cache-repo`): Kaniko pushes cache layers while it builds, which needs
+push credentials in the executor; the image per cache key is the cache.
+
+The ConfigMap and the Secrets are owned by the Job (the backend adds the reference once the
 Job exists), so deleting the Job removes them. The Job is Indexed with one completion:
 that runs exactly like a plain Job of one pod, and it is the mode the jobs backend's
 trainers use, which the test cluster emulates.
 
 Security. Pods get no service-account token and no service links, run with the runtime's
-default seccomp profile, and the init container runs as an unprivileged user with no
-capabilities. The executor runs as root: Kaniko unpacks the base image over its own
+default seccomp profile, and the context copier and the pusher run as an unprivileged user
+with no capabilities. The executor runs as root: Kaniko unpacks the base image over its own
 filesystem and runs the RUN steps there, which needs uid 0 (GoogleContainerTools/kaniko
 issues 105 and 2146). It gets no privilege escalation and only the capabilities that
 unpacking and `chown`-ing image layers needs (what Shipwright's Kaniko strategy grants),
@@ -53,10 +64,20 @@ IMAGE_LABEL_REQUIREMENTS = "org.paddlecloud.build.requirements-sha256"
 IMAGE_LABEL_BUILDER = "org.paddlecloud.builder"
 
 EXECUTOR = "kaniko"
+PUSHER = "pusher"
 CONTEXT_INIT = "context"
 WORKSPACE = "/workspace"
 CONTEXT_MOUNT = "/context"
+# Where Kaniko looks for registry credentials: only a private base's pull Secret goes here.
 DOCKER_CONFIG_DIR = "/kaniko/.docker"
+# The pusher's credentials: DOCKER_CONFIG points crane here.
+PUSH_CONFIG_DIR = "/pusher/.docker"
+# The executor writes the image here; the pusher reads it.
+IMAGE_DIR = "/image"
+IMAGE_TAR = f"{IMAGE_DIR}/image.tar"
+# Volumes by name: the push credentials' is mounted in the pusher alone.
+PUSH_VOLUME = "push-config"
+PULL_VOLUME = "pull-config"
 # Where jobs run: the job package is unpacked here by the job's own init container.
 JOB_WORKDIR = "/job/work"
 # Inside the image being built, removed by the same RUN step: not the builder's /tmp.
@@ -78,13 +99,16 @@ class KanikoBuild:
     key: str
     owner: str
     base: str  # the FROM image, pinned by digest
-    destination: str  # <registry>/<repository>:<key>
-    cache_repo: str
+    destination: str  # <registry>/<repository>/<user>:<key>
     requirements: str
     builder_version: str
     settings: KanikoSection
     index: PipIndex
     timeout_seconds: float
+    # Whether the request named the user's credentials for a private base (the pull Secret).
+    pull_credentials: bool = False
+    # Whether the destination's registry is reached over plain http.
+    insecure_push: bool = False
 
 
 def job_name(build_id: str) -> str:
@@ -92,7 +116,13 @@ def job_name(build_id: str) -> str:
 
 
 def secret_name(build_id: str) -> str:
+    """The push credentials' Secret."""
     return f"pcbuild-{build_id}-docker"
+
+
+def pull_secret_name(build_id: str) -> str:
+    """The user's credentials for a private base image (only when the request names them)."""
+    return f"pcbuild-{build_id}-pull"
 
 
 def build_selector() -> str:
@@ -152,26 +182,28 @@ def context_config_map(build: KanikoBuild) -> dict[str, Any]:
     }
 
 
-def docker_config_secret(build: KanikoBuild, config_json: str) -> dict[str, Any]:
-    """The credentials Kaniko pushes and pulls with (`dockerconfig.dockerconfigjson`)."""
+def docker_config_secret(build: KanikoBuild, config_json: str, name: str | None = None) -> dict[str, Any]:
+    """A `dockerconfig.dockerconfigjson` Secret: the push credentials (`secret_name`, the
+    default), or the user's pull credentials (`pull_secret_name`)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(build, secret_name(build.build_id)),
+        "metadata": _metadata(build, name or secret_name(build.build_id)),
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": base64.b64encode(config_json.encode()).decode()},
     }
 
 
 def executor_args(build: KanikoBuild) -> list[str]:
+    """Build into a tarball, push nothing: `--destination` only names the image's tag
+    inside the tarball (with --no-push, Kaniko needs no credentials for it)."""
     args = [
         f"--dockerfile={WORKSPACE}/Dockerfile",
         f"--context=dir://{WORKSPACE}/",
         f"--destination={build.destination}",
-        "--cache=true",
-        f"--cache-repo={build.cache_repo}",
+        "--no-push",
+        f"--tar-path={IMAGE_TAR}",
         "--snapshot-mode=redo",
-        "--push-retry=2",
         "--log-format=text",
         "--verbosity=info",
     ]
@@ -179,10 +211,20 @@ def executor_args(build: KanikoBuild) -> list[str]:
     return args
 
 
+def pusher_command(build: KanikoBuild) -> list[str]:
+    """The pusher's command: push the executor's tarball as the destination."""
+    command = ["python", "-m", "paddlecloud.builder.push"]
+    command += ["--tar", IMAGE_TAR, "--destination", build.destination]
+    if build.insecure_push:
+        command.append("--insecure")
+    return command
+
+
 def build_job(build: KanikoBuild) -> dict[str, Any]:
-    """The Job that runs the executor once: no retries (a pip failure fails the same way
+    """The Job that runs the build once: no retries (a pip failure fails the same way
     again), the builder's timeout as the deadline's base, the configured resources as both
-    requests and limits."""
+    requests and limits of the executor. The executor (user code runs there) mounts no
+    push credential; the pusher (no user code) is the only container that does."""
     settings = build.settings
     resources = {
         "cpu": settings.cpu,
@@ -192,6 +234,42 @@ def build_job(build: KanikoBuild) -> dict[str, Any]:
     meta = _metadata(build, job_name(build.build_id))
     pod_meta = {"labels": dict(meta["labels"]), "annotations": dict(meta["annotations"])}
     no_privileges = {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}}
+    unprivileged = {
+        **no_privileges,
+        "runAsNonRoot": True,
+        "runAsUser": INIT_UID,
+        "runAsGroup": INIT_UID,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    executor_mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": "image", "mountPath": IMAGE_DIR},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "context", "configMap": {"name": job_name(build.build_id)}},
+        {"name": "workspace", "emptyDir": {"sizeLimit": "64Mi"}},
+        # The image tarball: bounded by the pod's ephemeral-storage limits.
+        {"name": "image", "emptyDir": {}},
+        {
+            "name": PUSH_VOLUME,
+            "secret": {
+                "secretName": secret_name(build.build_id),
+                "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+            },
+        },
+    ]
+    if build.pull_credentials:
+        # The user's own credentials for their private base: RUN steps can read them.
+        executor_mounts.append({"name": PULL_VOLUME, "mountPath": DOCKER_CONFIG_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": PULL_VOLUME,
+                "secret": {
+                    "secretName": pull_secret_name(build.build_id),
+                    "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+                },
+            }
+        )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -224,21 +302,12 @@ def build_job(build: KanikoBuild) -> dict[str, Any]:
                                 "requests": {"cpu": "50m", "memory": "32Mi"},
                                 "limits": {"cpu": "200m", "memory": "64Mi"},
                             },
-                            "securityContext": {
-                                **no_privileges,
-                                "runAsNonRoot": True,
-                                "runAsUser": INIT_UID,
-                                "runAsGroup": INIT_UID,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": {**unprivileged, "readOnlyRootFilesystem": True},
                             "volumeMounts": [
                                 {"name": "context", "mountPath": CONTEXT_MOUNT, "readOnly": True},
                                 {"name": "workspace", "mountPath": WORKSPACE},
                             ],
-                        }
-                    ],
-                    "containers": [
+                        },
                         {
                             "name": EXECUTOR,
                             "image": settings.executor_image,
@@ -250,23 +319,27 @@ def build_job(build: KanikoBuild) -> dict[str, Any]:
                                 "runAsNonRoot": False,
                                 "capabilities": {"drop": ["ALL"], "add": list(EXECUTOR_CAPABILITIES)},
                             },
+                            "volumeMounts": executor_mounts,
+                        },
+                    ],
+                    "containers": [
+                        {
+                            "name": PUSHER,
+                            "image": settings.pusher_image,
+                            "command": pusher_command(build),
+                            "env": [{"name": "DOCKER_CONFIG", "value": PUSH_CONFIG_DIR}],
+                            "resources": {
+                                "requests": {"cpu": "100m", "memory": "128Mi"},
+                                "limits": {"cpu": "1", "memory": "512Mi"},
+                            },
+                            "securityContext": unprivileged,
                             "volumeMounts": [
-                                {"name": "workspace", "mountPath": WORKSPACE},
-                                {"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR, "readOnly": True},
+                                {"name": "image", "mountPath": IMAGE_DIR, "readOnly": True},
+                                {"name": PUSH_VOLUME, "mountPath": PUSH_CONFIG_DIR, "readOnly": True},
                             ],
                         }
                     ],
-                    "volumes": [
-                        {"name": "context", "configMap": {"name": job_name(build.build_id)}},
-                        {"name": "workspace", "emptyDir": {"sizeLimit": "64Mi"}},
-                        {
-                            "name": "docker-config",
-                            "secret": {
-                                "secretName": secret_name(build.build_id),
-                                "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
-                            },
-                        },
-                    ],
+                    "volumes": volumes,
                 },
             },
         },

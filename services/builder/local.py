@@ -276,7 +276,7 @@ class LocalBuildBackend(BuildBackend):
         finally:
             os.close(fd)
 
-    async def lookup(self, key: str, *, touch: bool) -> Published | None:
+    async def lookup(self, key: str, *, touch: bool, owner: str = "") -> Published | None:
         env = self._published_dir(key)
         if env is None:
             return None

@@ -148,7 +148,7 @@ class Builder:
     async def plan(self, identity: Identity, spec: BuildSpec) -> Planned:
         """What a request would do: its cache key, and whether that is built already."""
         key, _, _ = await self._key_and_package(identity, spec)
-        return Planned(key, await self._lookup(key, touch=False) is not None)
+        return Planned(key, await self._lookup(key, identity.user, touch=False) is not None)
 
     async def _key_and_package(
         self, identity: Identity, spec: BuildSpec
@@ -164,7 +164,8 @@ class Builder:
         except BackendUnavailable as exc:
             raise BackendFailed(str(exc)) from None
         package = self._package(identity, spec.package)
-        key = cache_key(base, spec.requirements, self._backend.version)
+        owner = identity.user if self._backend.per_user else None
+        key = cache_key(base, spec.requirements, self._backend.version, owner)
         request = BuildRequest(
             build_id="",
             key=key,
@@ -188,9 +189,9 @@ class Builder:
             )
         return RegistryLogin(saved.server, Credentials(saved.username, saved.password))
 
-    async def _lookup(self, key: str, *, touch: bool) -> Published | None:
+    async def _lookup(self, key: str, owner: str, *, touch: bool) -> Published | None:
         try:
-            return await self._backend.lookup(key, touch=touch)
+            return await self._backend.lookup(key, touch=touch, owner=owner)
         except BackendUnavailable as exc:
             raise BackendFailed(str(exc)) from None
 
@@ -223,7 +224,7 @@ class Builder:
                 await self._store.create_build(follower)
                 log.info("build_joined", build=follower.id, key=key, log_of=follower.info["log"])
                 return Answer(follower, created=True)
-            published = await self._lookup(key, touch=True)
+            published = await self._lookup(key, owner, touch=True)
             if published is not None:
                 own_builds = await self._store.find_builds(key, {SUCCEEDED})
                 mine = next((b for b in own_builds if b.owner == owner and not b.info.get("evicted")), None)
@@ -318,7 +319,7 @@ class Builder:
         result is published, and null once the size cap collected it."""
         artifact = build.info.get("artifact") or {}
         available = build.state == SUCCEEDED and (
-            not self._backend.evicts or await self._lookup(build.key, touch=False) is not None
+            not self._backend.evicts or await self._lookup(build.key, build.owner, touch=False) is not None
         )
         view: dict[str, Any] = {
             "id": build.id,

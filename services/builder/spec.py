@@ -147,10 +147,14 @@ def _option_problem(option: str, after_requirement: bool) -> str:
     return f"{option} is not accepted (only {', '.join(sorted(GLOBAL_OPTIONS))} are)"
 
 
-def cache_key(base_identity: str, requirements: str, builder_version: str) -> str:
-    """sha256 of (the base image or Python, the requirements.txt text, the builder version)."""
+def cache_key(base_identity: str, requirements: str, builder_version: str, owner: str | None = None) -> str:
+    """sha256 of (the base image or Python, the requirements.txt text, the builder version,
+    and the owner where each user's results are their own)."""
+    fields = {"base": base_identity, "requirements": requirements, "builder": builder_version}
+    if owner is not None:
+        fields["owner"] = owner
     material = json.dumps(
-        {"base": base_identity, "requirements": requirements, "builder": builder_version},
+        fields,
         sort_keys=True,
         ensure_ascii=False,
     )

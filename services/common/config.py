@@ -458,15 +458,25 @@ _HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
 _REPOSITORY = r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$"
 
 
+# ghcr.io/osscontainertools/kaniko, the maintained fork of GoogleContainerTools/kaniko
+# (archived June 2025): v1.28.2's multi-platform index, as published.
+KANIKO_EXECUTOR_IMAGE = (
+    "ghcr.io/osscontainertools/kaniko:v1.28.2"
+    "@sha256:4ea0e7301e3f6806de15150e4982c73018351e28c1dca6947bd3b4afb5ae3c60"
+)
+
+
 class KanikoSection(_Section):
     """The kaniko builder backend (docs/builder.md): runtime images built by a Kaniko Job
     in `namespace` and pushed to `<registry>/<repository>:<cache key>`."""
 
     # The registry images are pushed to (host or host:port, as image names spell it).
     registry: str | None = Field(None, pattern=_HOST_PORT)
+    # Each user's images land under <repository>/<user>, tagged with the cache key.
     repository: str = Field("paddlecloud/runtime", pattern=_REPOSITORY)
-    # Kaniko's layer cache (--cache-repo); unset: <repository>/cache in the same registry.
-    cache_repository: str | None = Field(None, pattern=_REPOSITORY)
+    # Removed: Kaniko's layer cache pushed from the executor, where user code runs, so it
+    # would need the push credentials there. Refused when set (docs/builder.md).
+    cache_repository: str | None = None
     # A docker config.json with the push credentials for `registry`: the operator's
     # kubernetes.io/dockerconfigjson Secret, mounted into the builder's pod. Read at start,
     # never logged. Unset: the registry takes pushes without credentials.
@@ -477,7 +487,12 @@ class KanikoSection(_Section):
     # The image a request is built on when it names none (the jobs service names the image
     # the job would run: jobs.kubernetes.default_image or gpu_image).
     base_image: str = "python:3.11-slim"
-    executor_image: str = "gcr.io/kaniko-project/executor:v1.23.2"
+    # The maintained Kaniko fork, pinned by the digest of its published index
+    # (docs/builder.md, "The executor image").
+    executor_image: str = KANIKO_EXECUTOR_IMAGE
+    # Pushes the executor's tarball with the push credentials: the platform image plus
+    # crane (images/pusher/Dockerfile); it runs no user code.
+    pusher_image: str = "paddlecloud/pusher:0.1.0"
     # Copies the build context into the executor's workspace.
     init_image: str = "busybox:1.36"
     # Build Jobs run here; an operator makes it (the builder gets a Role in it).
@@ -517,6 +532,17 @@ class KanikoSection(_Section):
         return value
 
     _kubeconfig = field_validator("kubeconfig")(_kubeconfig_path)
+
+    @field_validator("cache_repository")
+    @classmethod
+    def _no_layer_cache(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError(
+                "Kaniko's layer cache is removed: it pushes from the executor, where user code "
+                "runs and so could read the push credentials; remove cache_repository (each "
+                "user's image per cache key is the cache)"
+            )
+        return value
 
     @field_validator("auth_file")
     @classmethod

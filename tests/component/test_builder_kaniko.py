@@ -7,14 +7,17 @@ The builder authenticates with a token of the chart's builder ServiceAccount, wh
 is installed exactly as charts/paddlecloud renders it for ci/kaniko-values.yaml, in a
 builds namespace of the test's own labelled Pod Security `baseline` (docs/builder.md): a
 request outside the chart's rights is a 403 that fails the build, and an executor pod that
-`baseline` refuses never starts. The simulated kubelet runs no container: the executor
-pod's script plays Kaniko, printing what Kaniko and pip print and, on success, pushing the
-key's tag to the registry through the Registry API as Kaniko's push does (`put_image`).
+`baseline` refuses never starts. The simulated kubelet runs no container: the build
+pod's script plays Kaniko in the executor (an init container), printing what Kaniko and pip
+print, and the pusher, which on success pushes the key's tag to the user's repository
+through the Registry API as crane's push does (`put_image`). The pusher for real (crane,
+the tarball opened without following links) is tested in test_builder_push.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,7 +58,8 @@ PIP_FAILURE = (
     "error building image: error building stage: failed to execute command: waiting for process to exit: "
     "exit status 1",
 )
-PUSHED = ("INFO[0000] Retrieving image", "Successfully installed tinypkg-1.0", "INFO[0005] Pushed")
+PUSHED = ("INFO[0000] Retrieving image", "Successfully installed tinypkg-1.0", "INFO[0005] Built the tarball")
+PUSHER_LINES = ("pushed blob: sha256:5df2", "pushed the image")
 
 
 @pytest.fixture
@@ -69,8 +73,10 @@ class RealRegistry:
     """docker-registry on loopback, and what the executor pods the node ran saw."""
 
     host: str
-    # Per executor pod the node ran: its build key, its Job and its Secret as stored then.
+    # Per build pod the node ran: its build key, its Job and its push Secret as stored then.
     runs: list[tuple[str, Obj, Obj]] = field(default_factory=list)
+    # The pull Secrets (a private base's) of the build pods that had one.
+    pulls: list[Obj] = field(default_factory=list)
     # What went wrong inside a pod script (raising there would stop the simulated kubelet).
     errors: list[BaseException] = field(default_factory=list)
 
@@ -97,14 +103,17 @@ def kaniko(
     lines: tuple[str, ...] = PUSHED,
     *,
     push: bool = True,
+    exit_code: int = 0,
     **kwargs: Any,
 ) -> Callable[[Obj], PodScript]:
-    """A pod script that plays Kaniko for build pods: records the pod's Job and Secret as
-    the API server has them, pushes the key's tag (when `push`) as Kaniko's last step
-    does, and prints `lines`. Any other pod runs as by default."""
+    """A pod script that plays a build pod: records the pod's Job and Secrets as the API
+    server has them; the executor prints `lines` and exits with `exit_code`; then the
+    pusher pushes the key's tag to the owner's repository (when `push`) as crane does.
+    Any other pod runs as by default."""
 
     def script(pod: Obj) -> PodScript:
-        key = (pod["metadata"].get("annotations") or {}).get(manifests.ANNOTATION_KEY)
+        annotations = pod["metadata"].get("annotations") or {}
+        key = annotations.get(manifests.ANNOTATION_KEY)
         if key is None:
             return default_script(pod)
         try:
@@ -113,11 +122,18 @@ def kaniko(
             job = admin.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{manifests.job_name(build)}")
             secret = admin.get(f"/api/v1/namespaces/{namespace}/secrets/{manifests.secret_name(build)}")
             registry.runs.append((key, job, secret))
-            if push:
-                put_image(registry.host, REPO, key, f"runtime {key}")
+            pulls = [v for v in pod["spec"]["volumes"] if v["name"] == manifests.PULL_VOLUME]
+            if pulls:
+                name = pulls[0]["secret"]["secretName"]
+                registry.pulls.append(admin.get(f"/api/v1/namespaces/{namespace}/secrets/{name}"))
+            if push and exit_code == 0:
+                owner = annotations[manifests.ANNOTATION_USER]
+                put_image(registry.host, f"{REPO}/{owner}", key, f"runtime {key} of {owner}")
         except Exception as exc:
             registry.errors.append(exc)
-        return PodScript(lines=lines, **kwargs)
+        return PodScript(
+            init=((manifests.EXECUTOR, lines, exit_code),), lines=PUSHER_LINES if push else (), **kwargs
+        )
 
     return script
 
@@ -214,22 +230,24 @@ async def test_a_build_runs_as_a_kaniko_job_and_its_image_is_then_a_cache_hit(
         done = await wait_final(client, build["id"])
     assert done["state"] == "SUCCEEDED", done
     assert not registry.errors, registry.errors
-    assert done["image"] == f"{registry.host}/{REPO}:{build['key']}"
+    # alice's image, under her own path.
+    assert done["image"] == f"{registry.host}/{REPO}/alice:{build['key']}"
     # While it ran, the Job was there as manifests.build_job made it.
     [(key, job, _)] = registry.runs
     assert key == build["key"]
     pod = job["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
-    executor = pod["containers"][0]
-    assert f"--destination={registry.host}/{REPO}:{build['key']}" in executor["args"]
-    assert f"--cache-repo={registry.host}/{REPO}/cache" in executor["args"]
+    executor = pod["initContainers"][1]
+    assert f"--destination={done['image']}" in executor["args"] and "--no-push" in executor["args"]
     assert executor["resources"]["limits"]["memory"] == "2Gi"
-    assert has_tag(registry.host, REPO, build["key"])
+    assert pod["containers"][0]["command"][-3:] == ["--destination", done["image"], "--insecure"]
+    assert has_tag(registry.host, f"{REPO}/alice", build["key"])
 
     # The pod, the Job, its context and its credentials are gone; the log stays.
     await all_gone(admin, builds.namespace, build["id"])
     status, text = await call(client, "GET", f"{API}/{build['id']}/logs")
     assert "Successfully installed tinypkg-1.0" in text
+    assert "pushed the image" in text, "the pusher's log follows the executor's"
     assert f"FROM {registry.host}/{BASE_REPO}@sha256:" in text
     # Resumable: after the second line's cursor come exactly the lines after it.
     response = await client.get(
@@ -241,14 +259,27 @@ async def test_a_build_runs_as_a_kaniko_job_and_its_image_is_then_a_cache_hit(
     status, rest = await call(client, "GET", path)
     assert rest.splitlines() == [item["line"] for item in items[2:]]
 
-    # The registry is the cache: a dry run and a request are hits, with no second Job.
+    # The registry is the cache, per user: alice's dry run and request are hits, with no
+    # second Job...
     with real_kube.scripted(kaniko(admin, registry)):
         status, planned = await call(client, "POST", f"{API}?dry_run=1", body)
         assert planned == {"key": build["key"], "cached": True}
-        status, hit = await call(client, "POST", API, body, user="bob")
-    assert status == 201 and hit["state"] == "SUCCEEDED" and hit["cached"] is True, hit
+        status, hit = await call(client, "POST", API, body)
+    # Her own build is answered again.
+    assert status == 200 and hit["id"] == build["id"] and hit["state"] == "SUCCEEDED", hit
     assert hit["image"] == done["image"]
     assert len(registry.runs) == 1, registry.runs
+    # ...but bob, with the same requirements, never gets alice's image (her build ran her
+    # requirements as root: what it left is hers): another key, his own build, his own path.
+    with real_kube.scripted(kaniko(admin, registry)):
+        status, bobs_plan = await call(client, "POST", f"{API}?dry_run=1", body, user="bob")
+        assert bobs_plan["cached"] is False and bobs_plan["key"] != build["key"], bobs_plan
+        status, bobs = await call(client, "POST", API, body, user="bob")
+        assert status == 201 and bobs["cached"] is False, bobs
+        bobs_done = await wait_final(client, bobs["id"], user="bob")
+    assert bobs_done["state"] == "SUCCEEDED", bobs_done
+    assert bobs_done["image"] == f"{registry.host}/{REPO}/bob:{bobs_plan['key']}"
+    assert len(registry.runs) == 2 and registry.runs[1][0] == bobs_plan["key"]
 
 
 async def test_identical_requests_share_one_build(
@@ -403,10 +434,15 @@ async def test_a_moved_base_tag_is_a_new_key_and_a_private_base_is_read_with_the
         f"FROM {registry.host}/private/base@sha256:"
         in (await call(client, "GET", f"{API}/{build['id']}/logs", user="bob"))[1]
     )
-    # The build's Secret held the credentials Kaniko pulls and pushes with.
+    # The push Secret holds the push credentials alone; bob's own credentials for his
+    # private base are a Secret of their own, the only one the executor mounts.
     [(_, _, secret)] = registry.runs
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
-    assert set(secret["data"]) == {".dockerconfigjson"}
+    pushing = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    assert pushing["auths"][registry.host]["username"] == USER
+    [pull] = registry.pulls
+    pulling = json.loads(base64.b64decode(pull["data"][".dockerconfigjson"]))
+    assert pulling == {"auths": {registry.host: {**pulling["auths"][registry.host], "username": "bob"}}}
 
 
 async def test_wrong_push_credentials_are_a_clear_503(

@@ -149,8 +149,11 @@ def test_a_job_with_requirements_is_built_by_kaniko_and_runs_on_the_image(
         key = (pod["metadata"].get("annotations") or {}).get(kaniko_manifests.ANNOTATION_KEY)
         try:
             if key:
-                put_image(registry, REPO, key, f"runtime {key}")
-                return PodScript(lines=("Successfully installed tinypkg-1.0", "INFO Pushed"), run_seconds=1)
+                # The executor builds (an init container); the pusher pushes to the user's path.
+                put_image(registry, f"{REPO}/admin", key, f"runtime {key}")
+                built = ("Successfully installed tinypkg-1.0", "INFO Built the tarball")
+                executor = (kaniko_manifests.EXECUTOR, built, 0)
+                return PodScript(init=(executor,), lines=("pushed the image",), run_seconds=1)
             if pod["metadata"]["labels"].get(LABEL_ROLE) == "trainer":
                 trainer_images.append(pod["spec"]["containers"][0]["image"])
                 return PodScript(lines=("on the built image",), run_seconds=3)
@@ -181,8 +184,8 @@ def test_a_job_with_requirements_is_built_by_kaniko_and_runs_on_the_image(
         assert done["state"] == "SUCCEEDED", done
         # The trainer's pod, made by the real Job controller, ran the built image.
         [image] = trainer_images
-        assert image.startswith(f"{registry}/{REPO}:"), image
-        assert has_tag(registry, REPO, image.rsplit(":", 1)[1])
+        assert image.startswith(f"{registry}/{REPO}/admin:"), image
+        assert has_tag(registry, f"{REPO}/admin", image.rsplit(":", 1)[1])
         # The build's own log stays readable, and a second dry run is a cache hit.
         assert "Successfully installed tinypkg-1.0" in ok(run_cli(server, "logs", "built"))
         dry = ok(run_cli(server, "submit", "--dry-run", "--name", "again", str(package)))

@@ -61,6 +61,10 @@ class PodScript:
     # ends without guessing how long anything takes.
     until: threading.Event | None = None
     final_lines: tuple[str, ...] = ()
+    # Init containers that print and exit as said, by name: (name, lines, exit code). The
+    # others succeed at once, silent. One that exits non-zero fails the pod (restartPolicy
+    # Never) before the main containers start, as a real kubelet does.
+    init: tuple[tuple[str, tuple[str, ...], int], ...] = ()
 
 
 _REFERENCE = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
@@ -297,22 +301,30 @@ class SimulatedKubelet:
             for c in pod["spec"]["containers"]
         ]
 
-    def _init_statuses(self, pod: Obj, started: str) -> list[Obj]:
-        """Init containers succeed at once: the main containers start only after them."""
-        done = {
-            "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started}
-        }
-        return [
-            {
-                "name": c["name"],
-                "image": c["image"],
-                "imageID": "",
-                "ready": True,
-                "restartCount": 0,
-                "state": done,
-            }
-            for c in pod["spec"].get("initContainers") or ()
-        ]
+    def _init_statuses(self, pod: Obj, started: str, codes: dict[str, int] | None = None) -> list[Obj]:
+        """Init containers end at once, in order, with their `codes` (0 by default): the
+        main containers start only after them; those after a failed one wait."""
+        statuses, failed = [], False
+        for c in pod["spec"].get("initContainers") or ():
+            code = (codes or {}).get(c["name"], 0)
+            if failed:
+                state: Obj = {"waiting": {"reason": "PodInitializing"}}
+            else:
+                reason = "Completed" if code == 0 else "Error"
+                ended = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": started}
+                state = {"terminated": ended}
+                failed = code != 0
+            statuses.append(
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": "terminated" in state and code == 0,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            )
+        return statuses
 
     def _conditions_for(self, pod: Obj, ready: bool) -> list[Obj]:
         now = _now()
@@ -352,6 +364,27 @@ class SimulatedKubelet:
                     {**base, "phase": "Pending", "conditions": self._conditions_for(pod, False),
                      "containerStatuses": self._container_statuses(pod, waiting, ready=False)},
                 )  # fmt: skip
+            return
+        codes = {name: code for name, _, code in script.init}
+        printed = {name: lines for name, lines, _ in script.init}
+        for c in pod["spec"].get("initContainers") or ():
+            # Every init container has a log (empty unless the script says), as on a node.
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"], c["name"])
+            self.logs.open(key)
+            for line in printed.get(c["name"], ()):
+                self.logs.print(key, line)
+            self.logs.finish(key)
+            if codes.get(c["name"], 0):
+                break
+        if any(codes.values()):
+            self._ended.add(pod["metadata"]["uid"])
+            waiting = {"waiting": {"reason": "PodInitializing"}}
+            self._patch_status(
+                pod,
+                {**base, "phase": "Failed", "conditions": self._conditions_for(pod, False),
+                 "initContainerStatuses": self._init_statuses(pod, started, codes),
+                 "containerStatuses": self._container_statuses(pod, waiting, ready=False)},
+            )  # fmt: skip
             return
         for c in pod["spec"]["containers"]:
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"], c["name"])

@@ -16,28 +16,28 @@ from paddlecloud.builder import kaniko_manifests as manifests
 from paddlecloud.builder import rbac
 from paddlecloud.builder.backend import PipIndex
 from paddlecloud.builder.registry import ImageRef, _parse_challenge
-from paddlecloud.common.config import ConfigError, KanikoSection, load_config
+from paddlecloud.common.config import KANIKO_EXECUTOR_IMAGE, ConfigError, KanikoSection, load_config
 from paddlecloud.common.dockerconfig import Credentials, auth_key, dockerconfigjson, read_auths
 from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION
 
 DIGEST = "sha256:" + "ab" * 32
 
 
-def make_build(**settings: Any) -> manifests.KanikoBuild:
+def make_build(*, pull_credentials: bool = False, **settings: Any) -> manifests.KanikoBuild:
     return manifests.KanikoBuild(
         build_id="0123456789abcdef0123456789abcdef",
         key="9" * 64,
-        owner="alice@example.com",
+        owner="alice",
         base=f"registry.example.com/base/python@{DIGEST}",
-        destination=f"registry.example.com/paddlecloud/runtime:{'9' * 64}",
-        cache_repo="registry.example.com/paddlecloud/runtime/cache",
+        destination=f"registry.example.com/paddlecloud/runtime/alice:{'9' * 64}",
         requirements="numpy==2.1.0\nrequests[socks] ; python_version >= '3.8'\n",
-        builder_version="kaniko-1",
+        builder_version="kaniko-2",
         settings=KanikoSection(registry="registry.example.com", **settings),
         index=PipIndex(
             "https://pypi.example.com/simple", ("http://wheels.example/",), False, ("wheels.example",)
         ),
         timeout_seconds=3600,
+        pull_credentials=pull_credentials,
     )
 
 
@@ -46,9 +46,10 @@ def validate(obj: dict[str, Any]) -> None:
 
 
 def test_every_build_object_is_strictly_valid() -> None:
-    build = make_build(insecure_registries=("registry.example.com",))
+    build = make_build(insecure_registries=("registry.example.com",), pull_credentials=True)
     job = manifests.build_job(build)
     validate(job)
+    validate(manifests.build_job(make_build()))
     validate(manifests.context_config_map(build))
     validate(manifests.docker_config_secret(build, dockerconfigjson({})))
     job["metadata"]["uid"] = "u-1"
@@ -65,23 +66,74 @@ def test_the_job_is_bounded_and_holds_no_token() -> None:
     assert spec["activeDeadlineSeconds"] == 3600 + manifests.DEADLINE_SLACK_SECONDS
     pod = spec["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
-    init, executor = pod["initContainers"][0], pod["containers"][0]
-    assert init["securityContext"]["runAsNonRoot"] is True
-    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    init, executor = pod["initContainers"]
+    (pusher,) = pod["containers"]
+    assert executor["name"] == manifests.EXECUTOR and pusher["name"] == manifests.PUSHER
+    for unprivileged in (init, pusher):
+        assert unprivileged["securityContext"]["runAsNonRoot"] is True
+        assert unprivileged["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     # Kaniko needs root; it gets no escalation and only the capabilities unpacking needs.
     assert executor["securityContext"]["runAsUser"] == 0
     assert executor["securityContext"]["allowPrivilegeEscalation"] is False
     assert "SYS_ADMIN" not in executor["securityContext"]["capabilities"]["add"]
     assert executor["resources"]["limits"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "10Gi"}
     assert executor["resources"]["requests"] == executor["resources"]["limits"]
-    assert {"name": "docker-config", "mountPath": "/kaniko/.docker", "readOnly": True} in executor[
-        "volumeMounts"
-    ]
-    secret_volume = next(v for v in pod["volumes"] if v["name"] == "docker-config")
-    assert secret_volume["secret"]["items"] == [{"key": ".dockerconfigjson", "path": "config.json"}]
     args = executor["args"]
-    assert f"--destination={build.destination}" in args and "--cache=true" in args
-    assert f"--cache-repo={build.cache_repo}" in args
+    assert f"--destination={build.destination}" in args and "--no-push" in args
+    assert f"--tar-path={manifests.IMAGE_TAR}" in args
+    # No layer cache: Kaniko would push it from the executor.
+    assert not [arg for arg in args if arg.startswith(("--cache", "--push"))]
+    assert pusher["command"] == [
+        *("python", "-m", "paddlecloud.builder.push"),
+        *("--tar", manifests.IMAGE_TAR, "--destination", build.destination),
+    ]
+    assert executor["image"] == KANIKO_EXECUTOR_IMAGE and "@sha256:" in executor["image"]
+    assert pusher["image"] == "paddlecloud/pusher:0.1.0"
+
+
+def _mounts(container: dict[str, Any]) -> set[str]:
+    return {m["name"] for m in container.get("volumeMounts") or []}
+
+
+@pytest.mark.parametrize("pull_credentials", [False, True])
+def test_no_container_that_runs_user_code_mounts_the_push_credentials(pull_credentials: bool) -> None:
+    """Kaniko runs the RUN steps (pip, an sdist's setup.py) in the executor container's own
+    root filesystem: every volume mounted there is readable by user code. Only the pusher,
+    which runs the platform's own command and no user code, mounts the push Secret; it
+    reads nothing the user wrote but the tarball (opened without following links, push.py)."""
+    build = make_build(pull_credentials=pull_credentials)
+    pod = manifests.build_job(build)["spec"]["template"]["spec"]
+    push_volume = next(v for v in pod["volumes"] if v["name"] == manifests.PUSH_VOLUME)
+    assert push_volume["secret"]["secretName"] == manifests.secret_name(build.build_id)
+    containers = [*pod["initContainers"], *pod["containers"]]
+    holders = [c["name"] for c in containers if manifests.PUSH_VOLUME in _mounts(c)]
+    assert holders == [manifests.PUSHER]
+    # Nor any other way in: no projected or secret volume of the push Secret elsewhere,
+    # no env from it, no service-account token.
+    for container in containers:
+        if container["name"] == manifests.PUSHER:
+            continue
+        for mount in container.get("volumeMounts") or []:
+            volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+            assert volume.get("secret", {}).get("secretName") != manifests.secret_name(build.build_id)
+        assert "envFrom" not in container and "env" not in container
+    pusher = pod["containers"][0]
+    # The pusher runs the platform's command, never the executor's image or the user's.
+    assert pusher["image"] == build.settings.pusher_image and pusher["command"][:3] == [
+        "python",
+        "-m",
+        "paddlecloud.builder.push",
+    ]
+    assert _mounts(pusher) == {"image", manifests.PUSH_VOLUME}
+    assert all(m["readOnly"] for m in pusher["volumeMounts"])
+    executor = pod["initContainers"][1]
+    if pull_credentials:
+        # The user's own pull credentials, for their private base: readable by their own code.
+        assert _mounts(executor) == {"workspace", "image", manifests.PULL_VOLUME}
+        pull = next(v for v in pod["volumes"] if v["name"] == manifests.PULL_VOLUME)
+        assert pull["secret"]["secretName"] == manifests.pull_secret_name(build.build_id)
+    else:
+        assert _mounts(executor) == {"workspace", "image"}
 
 
 def test_the_dockerfile_pins_the_base_and_installs_with_the_configured_index() -> None:
@@ -163,6 +215,8 @@ def test_kaniko_settings_are_checked_at_start(tmp_path: Any) -> None:
         load({"backend": "kaniko", "kaniko": {"registry": "r", "memory": "lots"}})
     with pytest.raises(ConfigError, match="auth_file"):
         load({"backend": "kaniko", "kaniko": {"registry": "r", "auth_file": str(tmp_path / "none.json")}})
+    with pytest.raises(ConfigError, match=r"cache_repository: .*layer cache is removed"):
+        load({"backend": "kaniko", "kaniko": {"registry": "r", "cache_repository": "x/cache"}})
     with pytest.raises(ConfigError, match=r"kaniko\.kubeconfig: .*no kubeconfig file at"):
         load({"backend": "kaniko", "kaniko": {"registry": "r", "kubeconfig": str(tmp_path / "none")}})
     config = load(
