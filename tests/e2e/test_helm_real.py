@@ -39,8 +39,9 @@ Obj = dict[str, Any]
 
 VALUES_SETS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
 SETS = ["default", *VALUES_SETS]
-# Namespaces an operator makes before installing, named by the ci values sets.
-OPERATOR_NAMESPACES = ("paddlecloud-jobs", "paddlecloud-builds")
+# Namespaces an operator makes before installing, named by the ci values sets (the chart
+# makes the kaniko builder's builds namespace itself: builder.kaniko.createNamespace).
+OPERATOR_NAMESPACES = ("paddlecloud-jobs",)
 # Kubernetes 1.31 removed the in-tree CephFS volume plugin: the API server still accepts
 # the field, warning that it no longer works (values.yaml says to use ceph-csi, kind pvc).
 KNOWN_WARNING = {"cephfs-values.yaml": "cephfs: deprecated in v1.28, non-functional in v1.31+"}

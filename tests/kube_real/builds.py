@@ -1,5 +1,7 @@
 """The kaniko builder's place on the real control plane, for its tests of every tier: a
-builds namespace made as an operator makes it, and the chart's builder rights in it."""
+builds namespace made as the chart makes it (its Namespace, labelled Pod Security
+`baseline`, and its default-deny NetworkPolicy, both accepted by the real API server), and
+the chart's builder rights in it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kube_real.chart import ChartRights, install_rights
+from kube_real.chart import ChartRights, collection, install_rights, render
 from kube_real.fixtures import RealKube
 
 # docs/builder.md: Kaniko's executor runs as root with a few capabilities, which
@@ -27,17 +29,27 @@ class Builds:
 
 @contextmanager
 def builds_namespace(real_kube: RealKube, home: Path, pod_security: str = POD_SECURITY) -> Iterator[Builds]:
-    """A builds namespace of its own (Pod Security `baseline` unless a test asks for
-    another level: `restricted` refuses the executor), and the builder's
-    ServiceAccount, Role and RoleBinding exactly as charts/paddlecloud renders them for
-    ci/kaniko-values.yaml with that namespace, the account in a namespace of its own;
-    all deleted afterwards. The kubeconfig with the account's token is under `home`."""
+    """A builds namespace of its own, its Namespace and NetworkPolicy exactly as
+    charts/paddlecloud renders them for ci/kaniko-values.yaml with that namespace (Pod
+    Security `baseline` enforced unless a test asks for another level: `restricted`
+    refuses the executor), and the builder's ServiceAccount, Role and RoleBinding as the
+    chart renders them, the account in a namespace of its own; all deleted afterwards.
+    The kubeconfig with the account's token is under `home`."""
     admin = real_kube.cluster.admin
     token = secrets.token_hex(3)
     namespace = f"pcbuilds-{token}"
-    labels = {f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "warn")}
-    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels}})
+    sets = (f"builder.kaniko.namespace={namespace}",)
+    objects = render(
+        real_kube.cluster.admin_kubeconfig, home, "kaniko-values.yaml", f"pcbuilder-{token}", *sets
+    )
+    made = next(o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == namespace)
+    made["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = pod_security
+    admin.create("/api/v1/namespaces", made)
     try:
+        for policy in (
+            o for o in objects if o["kind"] == "NetworkPolicy" and o["metadata"].get("namespace") == namespace
+        ):
+            admin.create(collection(policy), policy)
         # Until the ServiceAccount controller made `default`, admission refuses every pod.
         admin.wait_for(f"/api/v1/namespaces/{namespace}/serviceaccounts", lambda _: True, name="default")
         rights = install_rights(
@@ -46,7 +58,7 @@ def builds_namespace(real_kube: RealKube, home: Path, pod_security: str = POD_SE
             f"pcbuilder-{token}",
             service="builder",
             values="kaniko-values.yaml",
-            sets=(f"builder.kaniko.namespace={namespace}",),
+            sets=sets,
         )
         try:
             yield Builds(namespace, rights)

@@ -178,6 +178,8 @@ def test_a_changed_config_rolls_the_pods() -> None:
         (["storage.kind=cephfs", "storage.secretName=key"], "/storage/monitors"),
         (["ingress.enabled=true", "ingress.tls.enabled=true"], "/ingress/tls/secretName"),
         (["mongodb.enabled=false"], "store.external.uri"),
+        # Kaniko's layer cache pushed from the executor, where user code runs: removed.
+        (["builder.kaniko.cacheRepository=x"], "additional properties 'cacheRepository' not allowed"),
     ],
 )
 def test_bad_values_are_refused(sets: list[str], says: str) -> None:
@@ -415,6 +417,58 @@ def test_the_kaniko_builder_gets_the_role_its_code_declares() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": f"{RELEASE}-paddlecloud-builder", "namespace": NAMESPACE}
     ]
+
+
+def test_the_builds_namespace_is_baseline_and_its_pods_reach_only_dns_the_index_and_the_registry() -> None:
+    """docs/builder.md, "The builds namespace": Kaniko's executor runs as root with added
+    capabilities (`baseline`, not `restricted`), and runs user code: its pods may reach the
+    cluster's DNS and the operator's index and registry, nothing else, and nothing them."""
+    egress = ("builder.kaniko.egress.cidrs={10.0.0.5/32,10.1.0.0/16}", "builder.kaniko.egress.ports={443}")
+    objects = render("kaniko-values.yaml", *egress)
+    labels = one(objects, "Namespace", "paddlecloud-builds")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert (
+        labels["pod-security.kubernetes.io/warn"]
+        == labels["pod-security.kubernetes.io/audit"]
+        == "restricted"
+    )
+    policy = one(objects, "NetworkPolicy", f"{RELEASE}-paddlecloud-builds")
+    assert policy["metadata"]["namespace"] == "paddlecloud-builds"
+    spec = policy["spec"]
+    # Every pod there, no ingress rule at all (deny), egress only as listed.
+    assert (
+        spec["podSelector"] == {} and spec["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in spec
+    )
+    dns = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    assert spec["egress"] == [
+        {"to": [dns]},
+        {
+            "to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}, {"ipBlock": {"cidr": "10.1.0.0/16"}}],
+            "ports": [{"protocol": "TCP", "port": 443}],
+        },
+    ]
+    # The DNS pods chosen as jobs.kubernetes.dns chooses them for job pods.
+    openshift = render(
+        "kaniko-values.yaml",
+        "jobs.kubernetes.dns.namespaceLabels.kubernetes\\.io/metadata\\.name=openshift-dns",
+        "jobs.kubernetes.dns.ports={5353}",
+    )
+    rule = one(openshift, "NetworkPolicy", f"{RELEASE}-paddlecloud-builds")["spec"]["egress"][0]
+    assert rule["to"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "openshift-dns"
+    }
+    assert rule["ports"] == [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]
+    # An operator who makes the namespace: no Namespace; no policies: no policy.
+    assert not find(render("kaniko-values.yaml", "builder.kaniko.createNamespace=false"), "Namespace")
+    assert not find(render("kaniko-values.yaml", "networkPolicy.enabled=false"), "NetworkPolicy")
+    # The executor is pinned by digest; the pusher is the platform's.
+    kaniko = yaml.safe_load(config_text(objects))["builder"]["kaniko"]
+    assert kaniko["executor_image"].startswith("ghcr.io/osscontainertools/kaniko:v1.28.2@sha256:")
+    assert kaniko["pusher_image"] == "paddlecloud/pusher:0.1.0"
+    assert "cache_repository" not in kaniko
 
 
 @pytest.mark.parametrize("values", SETS)
