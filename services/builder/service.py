@@ -1,7 +1,8 @@
 """The builder's core: requests, the cache, one build per key at a time, and the size cap.
 
 Every request becomes a build record of its owner's (a user sees only their own), while
-the work is shared by cache key:
+the work is shared by cache key (which holds the owner where the backend's results are
+per user, `BuildBackend.per_user`: then nothing below is shared between users):
 
 - a key with a published result is a hit: the caller's own newest successful build is
   answered again, or a record is made that is `SUCCEEDED` at once, and nothing runs;
