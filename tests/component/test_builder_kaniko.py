@@ -20,7 +20,7 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +325,34 @@ async def test_a_pip_failure_fails_the_build_with_its_last_error_lines(
     await all_gone(real_kube.cluster.admin, builds.namespace, build["id"])
     # Nothing was published: the same request builds again.
     _, planned = await call(client, "POST", f"{API}?dry_run=1", {"requirements": "nosuchpkg==1.0\n"})
+    assert planned["cached"] is False
+
+
+async def test_a_refused_push_fails_the_build_with_the_pushers_words(
+    real_kube: RealKube,
+    builds: Builds,
+    registry: RealRegistry,
+    client_for: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """The executor built, the pusher refused what it found (push.py): the build fails
+    quoting the pusher, nothing is published, the log holds both containers' lines."""
+    client = await client_for(builder_config(tmp_path, builds, registry))
+    refusal = "push: refused: /image/image.tar is a symbolic link; only the image tarball itself is pushed"
+    script = kaniko(real_kube.cluster.admin, registry, push=False)
+
+    def refused(pod: Obj) -> PodScript:
+        return replace(script(pod), lines=(refusal,), exit_code=1)
+
+    with real_kube.scripted(refused):
+        _, build = await call(client, "POST", API, {"requirements": "tinypkg\n"})
+        done = await wait_final(client, build["id"])
+    assert done["state"] == "FAILED", done
+    assert not registry.errors, registry.errors
+    assert done["reason"] == f"pushing the image failed (exit 1): {refusal}", done
+    _, text = await call(client, "GET", f"{API}/{build['id']}/logs")
+    assert "Successfully installed tinypkg-1.0" in text and refusal in text
+    _, planned = await call(client, "POST", f"{API}?dry_run=1", {"requirements": "tinypkg\n"})
     assert planned["cached"] is False
 
 
