@@ -196,12 +196,17 @@ def docker_config_secret(build: KanikoBuild, config_json: str, name: str | None 
 
 def executor_args(build: KanikoBuild) -> list[str]:
     """Build into a tarball, push nothing: `--destination` only names the image's tag
-    inside the tarball (with --no-push, Kaniko needs no credentials for it)."""
+    inside the tarball. `--no-push` alone is not enough without credentials: Kaniko
+    (pkg/executor/push.go, CheckPushPermissions) then checks push rights on the cache
+    repository, which is unset here, and fails before building; `--no-push-cache` and
+    `--skip-push-permission-check` say there is nothing to check."""
     args = [
         f"--dockerfile={WORKSPACE}/Dockerfile",
         f"--context=dir://{WORKSPACE}/",
         f"--destination={build.destination}",
         "--no-push",
+        "--no-push-cache",
+        "--skip-push-permission-check",
         f"--tar-path={IMAGE_TAR}",
         "--snapshot-mode=redo",
         "--log-format=text",
