@@ -14,8 +14,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cli ./cli
 COPY services ./services
+# The venv's own pip (the base's ensurepip) is new enough to build the wheel: not upgraded,
+# so the build fetches the project's dependencies and nothing else.
 RUN python -m venv /opt/paddlecloud \
-    && /opt/paddlecloud/bin/pip install --upgrade pip \
     && /opt/paddlecloud/bin/pip install .
 
 # --- run: the virtualenv on a slim Python, as an unprivileged user ---------------------

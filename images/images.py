@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,8 +96,10 @@ def setting(name: str, default: str = "") -> str:
 
 def run(argv: list[str], env: dict[str, str] | None = None) -> None:
     print("+", shlex.join(argv), flush=True)
+    started = time.monotonic()
     if subprocess.run(argv, env=env, check=False).returncode != 0:
         raise SystemExit(f"make images: `{shlex.join(argv[:3])} ...` failed (its output is above)")
+    print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 
 def version() -> str:

@@ -60,13 +60,12 @@ CRANE = Path(
 
 def wheelhouse() -> Path:
     """The wheels the images' builds install (the platform's dependencies, cramjam for the
-    runtime's extra, pip and setuptools), downloaded once per dependency list."""
+    runtime's extra and setuptools), downloaded once per dependency list."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     wanted = [
         *project["project"]["dependencies"],
         *project["project"]["optional-dependencies"]["recordio-snappy"],
         *project["build-system"]["requires"],
-        "pip",
     ]
     key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
     where = Path.home() / ".cache" / "paddlecloud" / f"images-wheelhouse-{key}"
@@ -236,6 +235,7 @@ def test_make_images_pushes_every_image_the_chart_uses_and_helm_installs_with_th
         check=False,
     )
     assert done.returncode == 0, f"make images failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    print(done.stdout)  # shown with -s: each step's command and seconds
     sets = re.findall(r"^\s*--set (\S+)", done.stdout, re.MULTILINE)
     assert f"jobs.kubernetes.defaultImage={prefix}/runtime:0.1.0" in sets, done.stdout[-3000:]
 
