@@ -148,8 +148,10 @@ chart-rbac: install
 # BUILDAH_FLAGS="--isolation chroot". Not part of `make test` (tests/e2e/test_make_images.py
 # runs it against a registry on loopback).
 # (Variables given on make's command line reach images/images.py's environment as they are.)
-images: crane
-	CRANE="$$(scripts/crane.sh binary)" $(PYTHON) images/images.py
+# CRANE=/path/to/crane uses that one instead of building it (which needs Go).
+images:
+	@crane="$(CRANE)"; [ -n "$$crane" ] || crane="$$(scripts/crane.sh build)" || exit 1; \
+	CRANE="$$crane" $(PYTHON) images/images.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -208,6 +208,11 @@ def copy_all(crane: str, prefix: str, insecure: bool, env: dict[str, str]) -> di
 
 def main() -> int:
     registry = setting("REGISTRY").rstrip("/")
+    if "://" in registry or any(c.isspace() for c in registry):
+        raise SystemExit(
+            f"make images: REGISTRY={registry!r} is not host[:port][/prefix] (no scheme: for plain http"
+            " add INSECURE=1)"
+        )
     insecure = setting("INSECURE", "0").lower() in ("1", "true", "yes")
     authfile = setting("REGISTRY_AUTH_FILE")
     if authfile and not Path(authfile).is_file():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -97,3 +98,19 @@ def test_references_split_into_repository_tag_and_digest() -> None:
     assert split("mongo:8.0") == ("mongo", "8.0", "")
     assert split("127.0.0.1:5000/lab/kaniko:v1@sha256:ab") == ("127.0.0.1:5000/lab/kaniko", "v1", "sha256:ab")
     assert split("registry:5000/python") == ("registry:5000/python", "", "")
+
+
+def test_a_registry_given_as_a_url_is_refused_in_one_line() -> None:
+    """`make images REGISTRY=http://...` stops before building, naming the setting."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "images" / "images.py")],
+        env={"PATH": "/usr/bin:/bin", "REGISTRY": "http://registry.example.com:5000"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "make images: REGISTRY='http://registry.example.com:5000' is not host[:port][/prefix]"
+        " (no scheme: for plain http add INSECURE=1)"
+    ]
