@@ -138,22 +138,20 @@ ceph-down:
 chart-rbac: install
 	$(BIN)/python scripts/chart_rbac.py
 
-# The platform image (every service) and the default job runtime image, with the first
-# engine found: buildah, podman or docker (docs/install.md). Not part of `make test`.
-IMAGE_REPO ?= paddlecloud
+# Every image the chart pulls (images/images.txt), into the registry an admin names
+# (docs/install.md): the platform, runtime and pusher images built with the first engine
+# found (buildah, podman or docker) and pushed, the third-party ones copied with crane
+# (digest kept); then the `helm --set` flags for them. Without REGISTRY it only builds.
+#   make images REGISTRY=registry.example.com:5000/paddlecloud [INSECURE=1]
+#     [REGISTRY_AUTH_FILE=auth.json] [PYTHON_IMAGE=...] [PIP_INDEX_URL=...] [MONGO_SOURCE=...]
 # In a container without overlayfs (as on the build machines): BUILDAH_GLOBAL="--storage-driver vfs"
-# BUILDAH_FLAGS="--isolation chroot".
-BUILDAH_GLOBAL ?=
-BUILDAH_FLAGS  ?=
-IMAGE_TAG  ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# BUILDAH_FLAGS="--isolation chroot". Not part of `make test` (tests/e2e/test_make_images.py
+# runs it against a registry on loopback).
+# (Variables given on make's command line reach images/images.py's environment as they are.)
+# CRANE=/path/to/crane uses that one instead of building it (which needs Go).
 images:
-	@engine=$$(for e in buildah podman docker; do command -v $$e >/dev/null && { echo $$e; break; }; done); \
-	if [ -z "$$engine" ]; then echo "no container engine (buildah, podman or docker) here: install one" \
-		"(apt-get install buildah) and run make images again"; exit 1; fi; \
-	if [ "$$engine" = buildah ]; then build="buildah $(BUILDAH_GLOBAL) bud $(BUILDAH_FLAGS)"; else build="$$engine build"; fi; \
-	set -x; \
-	$$build -f Dockerfile -t $(IMAGE_REPO)/paddlecloud:$(IMAGE_TAG) . && \
-	$$build -f images/runtime/Dockerfile -t $(IMAGE_REPO)/runtime:$(IMAGE_TAG) .
+	@crane="$(CRANE)"; [ -n "$$crane" ] || crane="$$(scripts/crane.sh build)" || exit 1; \
+	CRANE="$$crane" $(PYTHON) images/images.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -109,6 +109,29 @@ def start_registry(where: Path, users: dict[str, str] | None = None) -> tuple[st
         time.sleep(0.05)
 
 
+def serve_directory(root: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """`root` served over http on a free loopback port (a wheelhouse or a package index for
+    pip inside a build: pip trusts plain http on loopback); its URL, ending in /."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+            return f"http://127.0.0.1:{port}/", server
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError(f"http.server for {root} did not start") from None
+            time.sleep(0.05)
+
+
 def buildah_command(where: Path) -> list[str]:
     """buildah with storage of its own under `where` (vfs)."""
     return [

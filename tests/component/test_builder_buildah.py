@@ -25,11 +25,8 @@ import gzip
 import io
 import json
 import subprocess
-import sys
 import tarfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +43,7 @@ from real_registry import (
     push,
     push_base,
     run,
+    serve_directory,
     start_registry,
 )
 
@@ -58,7 +56,7 @@ from paddlecloud.builder.kaniko_manifests import IMAGE_LABEL_KEY, context_files
 from paddlecloud.builder.registry import ImageRef, RegistryAuthError, RegistryClient
 from paddlecloud.builder.spec import cache_key
 from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson
-from support import free_port, make_config, make_wheel
+from support import make_config, make_wheel
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
@@ -87,23 +85,8 @@ def wheelhouse(tmp_path: Path) -> Iterator[str]:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     make_wheel(wheels, "pctiny", "1.0", body="WHERE = 'from the wheelhouse'\n")
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(wheels), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                server.kill()
-                pytest.fail("the wheelhouse server did not start")
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/"
+    url, server = serve_directory(wheels)
+    yield url
     server.terminate()
     server.wait(10)
 
