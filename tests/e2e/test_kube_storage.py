@@ -2,9 +2,9 @@
 PersistentVolumes, claims and pods the jobs service makes for `kind: cephfs` are accepted
 by the real API server with the chart's rights and admission policy; the real PV binder
 of kube-controller-manager binds each user's claims, made with their namespace on their
-first job, with no step by an admin; a deleted user's volumes go as objects only
-(Retain: ceph-csi never deletes a static volume's data), and the user made again gets
-them again.
+first job, with no step by an admin, and again after an admin deleted the namespace; a
+deleted user's volumes go as objects only (Retain: ceph-csi never deletes a static
+volume's data), and the user made again gets them again.
 
 No kubelet here mounts anything (tests/kube_real/kubelet.py is simulated): that ceph-csi
 mounts the volumes is for a real cluster (docs/kubernetes.md, "CephFS through ceph-csi")."""
@@ -158,6 +158,17 @@ def test_a_new_users_first_job_gets_its_claims_and_a_deleted_user_keeps_the_data
             == {c["metadata"]["name"] for c in claims}
             for pod in ran
         )
+        if life == "first":
+            # An admin deletes the namespace by hand: the claims go, the volumes stay
+            # (Released, naming the old claims); the user's next job makes the namespace
+            # and claims again, and the volumes are bound to them again.
+            admin.request("DELETE", f"/api/v1/namespaces/{namespace}")
+            kb.wait(lambda: admin.request("GET", f"/api/v1/namespaces/{namespace}").status == 404, "gone")
+            with k.kube.scripted(kb.script(trainer=seen)):
+                ok(run_cli(server, *as_bob, "submit", "--name", "again", "--trainers", "1", str(k.package())))
+                done = k.wait_for_state("again", ("SUCCEEDED", "FAILED"), *as_bob, timeout=90)
+            assert done["state"] == "SUCCEEDED", done
+            assert {pv["status"]["phase"] for pv in volumes_of(admin, "bob", release)} == {"Bound"}
         # The user goes: their namespace (and claims) and the volume objects, and only
         # those: a Retain volume's data is never deleted (ceph-csi never deletes a static
         # volume's), and the same user made again gets volumes bound to new claims.

@@ -594,7 +594,22 @@ class KubernetesBackend(Backend):
             # for the same user): only their labels are brought to the manifest.
             if field in manifest and manifest["kind"] not in _FIXED_SPEC:
                 patch[field] = manifest[field]
-        await self.kube.patch(manifest["kind"], meta.get("namespace"), meta["name"], patch)
+        found = await self.kube.patch(manifest["kind"], meta.get("namespace"), meta["name"], patch)
+        if manifest["kind"] == "PersistentVolume":
+            await self._rebind(found)
+
+    async def _rebind(self, volume: dict[str, Any]) -> None:
+        """A user's volume whose claim went without the user (their namespace deleted by
+        hand) still names the old claim's uid, and would never bind the new claim: it is
+        pointed at the claim by name alone again, and binds it (the data is the same)."""
+        ref = (volume.get("spec") or {}).get("claimRef") or {}
+        if not ref.get("uid"):
+            return
+        claim = await self.kube.get("PersistentVolumeClaim", ref.get("namespace"), str(ref.get("name")))
+        if claim is not None and _meta(claim).get("uid") == ref["uid"]:
+            return
+        unbound = {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}}
+        await self.kube.patch("PersistentVolume", None, _meta(volume)["name"], unbound)
 
     async def _sync_quotas(self) -> None:
         """Bring each known namespace's ResourceQuota to its user's current quota."""
