@@ -181,6 +181,10 @@ def test_a_changed_config_rolls_the_pods() -> None:
             "storage.kind cephfs now means the ceph-csi driver (cephfs.csi.ceph.com)",
         ),
         (["storage.kind=cephfs", "storage.fsName=cephfs"], "storage.clusterID is needed"),
+        (
+            ["storage.kind=cephfs", "jobs.kubernetes.namespaceMode=shared", "jobs.kubernetes.namespace=ml"],
+            "storage.kind cephfs needs jobs.kubernetes.namespaceMode per-user",
+        ),
         (["ingress.enabled=true", "ingress.tls.enabled=true"], "/ingress/tls/secretName"),
         (["mongodb.enabled=false"], "store.external.uri"),
     ],
