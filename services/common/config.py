@@ -146,31 +146,68 @@ class GatewaySection(ServiceSection):
     _default_quota_text = field_validator("default_quota", mode="before")(_section_text)
 
 
+# The in-tree `cephfs:` volume's settings: Kubernetes 1.31 removed that driver from the
+# kubelet, so a config that still gives them is refused at start, naming the CSI way.
+_IN_TREE_CEPHFS = ("monitors", "user", "secret_name", "path")
+_CEPHFS_CSI = (
+    "kind cephfs now means the ceph-csi driver (cephfs.csi.ceph.com); the in-tree cephfs volume "
+    "was removed in Kubernetes 1.31: give cluster_id, fs_name, root_path and node_stage_secret "
+    "(<namespace>/<name> of the Secret with userID and userKey) instead of {keys} "
+    '(docs/kubernetes.md, "CephFS through ceph-csi")'
+)
+
+
 class DatacenterVolume(_Section):
     """Where a datacenter's PFS root (`/pfs/<dc>`) comes from in job pods. Pods mount
-    `home/<user>` and `public` of it by subPath, never the whole root."""
+    `home/<user>` and `public` of it, never the whole root."""
 
     kind: Literal["cephfs", "pvc", "hostpath"]
-    # cephfs: the monitors, the path of the PFS root in CephFS, the CephFS user and the
-    # Secret (in each job namespace) that holds its key.
-    monitors: tuple[str, ...] = ()
-    path: str = "/"
-    user: str = "admin"
-    secret_name: str | None = None
+    # cephfs (ceph-csi, cephfs.csi.ceph.com): the service makes, per user, a static
+    # PersistentVolume over <root_path>/home/<user> (read-write) and one over
+    # <root_path>/public (read-only), each with its claim in the user's namespace. The
+    # cluster's fsid as ceph-csi's config names it (its clusterID), the file system, the
+    # PFS root's path in it, and "<namespace>/<name>" of the Secret holding the CephFS
+    # user's userID and userKey that ceph-csi mounts with (its nodeStageSecretRef).
+    cluster_id: str | None = Field(None, min_length=1, max_length=253, pattern=r"^[!-~]+$")
+    fs_name: str | None = Field(None, min_length=1, max_length=253, pattern=r"^[!-~]+$")
+    root_path: str = Field("/", pattern=r"^/[!-~]*$")
+    node_stage_secret: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=317
+    )
+    # static: the volumes above (pfs serves the same files). dynamic (fresh subvolumes
+    # from a StorageClass) is refused: pfs could not see what jobs write there.
+    provisioning: Literal["static", "dynamic"] = "static"
     # pvc: a claim in each job namespace (ReadWriteMany) whose root is the PFS root.
     claim_name: str | None = None
     # hostpath: the PFS root as mounted on every node (HDFS-FUSE or NFS mounts).
     host_path: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _not_in_tree(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "cephfs":
+            old = [key for key in _IN_TREE_CEPHFS if key in data]
+            if old:
+                raise ValueError(_CEPHFS_CSI.format(keys=", ".join(old)))
+        return data
+
     @model_validator(mode="after")
     def _complete(self) -> DatacenterVolume:
         missing = {
-            "cephfs": [k for k in ("monitors", "secret_name") if not getattr(self, k)],
+            "cephfs": [k for k in ("cluster_id", "fs_name", "node_stage_secret") if not getattr(self, k)],
             "pvc": [] if self.claim_name else ["claim_name"],
             "hostpath": [] if self.host_path else ["host_path"],
         }[self.kind]
         if missing:
             raise ValueError(f"a {self.kind} volume needs {' and '.join(missing)}")
+        if self.kind == "cephfs" and self.provisioning == "dynamic":
+            raise ValueError(
+                "cephfs provisioning dynamic is not supported: ceph-csi would make a fresh subvolume "
+                "per claim, which the pfs service cannot see, so uploads and job files would differ; "
+                "use provisioning static (the default) over the PFS root pfs serves"
+            )
+        if self.kind == "cephfs" and ".." in self.root_path.split("/"):
+            raise ValueError(f"root_path may not contain '..': {self.root_path!r}")
         if self.kind == "hostpath" and not str(self.host_path).startswith("/"):
             raise ValueError(f"host_path must be absolute, not {self.host_path!r}")
         return self
@@ -352,6 +389,18 @@ class KubernetesSection(_Section):
         # Trainer 0 listens on both: its own endpoint and the rendezvous.
         if self.trainer_port == self.master_port:
             raise ValueError(f"trainer_port and master_port must differ (both are {self.master_port})")
+        return self
+
+    @model_validator(mode="after")
+    def _cephfs_per_user(self) -> KubernetesSection:
+        # A cephfs datacenter's volumes are PersistentVolumes (cluster-wide) that the
+        # service makes per user; shared mode's rights are one namespace's Role.
+        cephfs = sorted(dc for dc, volume in self.datacenters.items() if volume.kind == "cephfs")
+        if cephfs and self.namespace_mode == "shared":
+            raise ValueError(
+                f"datacenter {cephfs[0]!r}: a cephfs volume needs namespace_mode per-user (the "
+                "service makes each user's PersistentVolumes, which shared mode has no right to)"
+            )
         return self
 
     @field_validator("storage_cidrs")

@@ -56,6 +56,8 @@ class Resource:
 
 RESOURCES: dict[str, Resource] = {
     "Namespace": Resource("api/v1", "namespaces", namespaced=False),
+    "PersistentVolume": Resource("api/v1", "persistentvolumes", namespaced=False),
+    "PersistentVolumeClaim": Resource("api/v1", "persistentvolumeclaims"),
     "Pod": Resource("api/v1", "pods"),
     "Service": Resource("api/v1", "services"),
     "ConfigMap": Resource("api/v1", "configmaps"),

@@ -42,9 +42,10 @@ SETS = ["default", *VALUES_SETS]
 # Namespaces an operator makes before installing, named by the ci values sets (the chart
 # makes the kaniko builder's builds namespace itself: builder.kaniko.createNamespace).
 OPERATOR_NAMESPACES = ("paddlecloud-jobs",)
-# Kubernetes 1.31 removed the in-tree CephFS volume plugin: the API server still accepts
-# the field, warning that it no longer works (values.yaml says to use ceph-csi, kind pvc).
-KNOWN_WARNING = {"cephfs-values.yaml": "cephfs: deprecated in v1.28, non-functional in v1.31+"}
+# Warnings a values set is known to earn from the API server: none. (The in-tree cephfs
+# volume earned "deprecated in v1.28, non-functional in v1.31+"; kind cephfs is ceph-csi
+# now, a static PersistentVolume the pfs pod claims, and runs like the others.)
+KNOWN_WARNING: dict[str, str] = {}
 
 
 def stem(values: str) -> str:
@@ -63,10 +64,12 @@ def helm(kubeconfig: Path, home: Path, *args: str) -> subprocess.CompletedProces
 
 
 def claims(objects: list[Obj]) -> tuple[set[str], list[tuple[str, str, str]]]:
-    """The PersistentVolumeClaims the workloads mount by name (the operator's), and those
-    their StatefulSets' templates make (name, size, access mode)."""
+    """The PersistentVolumeClaims the workloads mount by name (the operator's: not those
+    the chart makes itself, pfs's of storage.kind cephfs), and those their StatefulSets'
+    templates make (name, size, access mode)."""
     named: set[str] = set()
     templated: list[tuple[str, str, str]] = []
+    charts = {o["metadata"]["name"] for o in objects if o["kind"] == "PersistentVolumeClaim"}
     for obj in objects:
         if obj["kind"] not in ("Deployment", "StatefulSet"):
             continue
@@ -82,7 +85,7 @@ def claims(objects: list[Obj]) -> tuple[set[str], list[tuple[str, str, str]]]:
                         template["spec"]["accessModes"][0],
                     )
                 )
-    return named, templated
+    return named - charts, templated
 
 
 def volume(name: str, namespace: str, claim: str, size: str, mode: str) -> Obj:
@@ -135,7 +138,6 @@ def operator_objects(values: str, namespace: str, objects: list[Obj]) -> list[Ob
                 "mongodb-uri": "mongodb://paddlecloud:user@mongo:27017/paddlecloud",
             },
         },
-        "cephfs-values.yaml": {"ceph-key": {"key": "QVFEY2VwaGtleQ=="}},
     }.get(values, {})
     for name, data in secrets_named.items():
         made.append(
@@ -164,7 +166,7 @@ def install(real_kube: RealKube, home: Path, release: Release) -> Release:
     admin = real_kube.cluster.admin
     try:
         # The strictest Pod Security level the chart's storage allows (restricted, but
-        # for an in-line cephfs or hostPath volume), enforced and warned on: the chart's
+        # for a hostPath volume), enforced and warned on: the chart's
         # pods are meant to meet it, and the real PodSecurity judges that.
         level = manifests.pod_security_level(chart_settings(release.objects))
         labels = {f"{manifests.POD_SECURITY}/{mode}": level for mode in ("enforce", "warn")}

@@ -382,7 +382,18 @@ def test_kill_rm_removes_the_history_the_kept_logs_and_every_object(backend: Kub
         ({"kubeconfig": "/nonexistent/kubeconfig"}, "no kubeconfig file at /nonexistent/kubeconfig"),
         ({"kubeconfig": "BAD"}, "jobs.kubernetes.kubeconfig: cannot use"),
         ({"datacenters": {}}, "jobs.kubernetes.datacenters has no volume for datacenter 'datacenter1'"),
-        ({"datacenters": {DC: {"kind": "cephfs"}}}, "a cephfs volume needs monitors and secret_name"),
+        (
+            {"datacenters": {DC: {"kind": "cephfs"}}},
+            "a cephfs volume needs cluster_id and fs_name and node_stage_secret",
+        ),
+        # The in-tree volume of old (gone from the kubelet since Kubernetes 1.31): refused
+        # at start, naming the CSI way.
+        (
+            {"datacenters": {DC: {"kind": "cephfs", "monitors": ["m:6789"], "secret_name": "k"}}},
+            "kind cephfs now means the ceph-csi driver (cephfs.csi.ceph.com); the in-tree cephfs "
+            "volume was removed in Kubernetes 1.31: give cluster_id, fs_name, root_path and "
+            "node_stage_secret",
+        ),
         ({"namespace_mode": "per-team"}, "jobs.kubernetes.namespace_mode"),
     ],
 )

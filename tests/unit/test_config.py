@@ -75,6 +75,22 @@ def test_unknown_env_key_is_named() -> None:
             "jobs:\n  kubernetes:\n    leader_election: {namespace: Kube_System}\n",
             "leader_election.namespace",
         ),
+        # kind cephfs is ceph-csi: static volumes only, per-user mode only (docs/kubernetes.md).
+        (
+            "jobs:\n  kubernetes:\n    datacenters:\n      dc1: {kind: cephfs, cluster_id: c, fs_name: f,"
+            " node_stage_secret: ns/s, provisioning: dynamic}\n",
+            "cephfs provisioning dynamic is not supported: ceph-csi would make a fresh subvolume",
+        ),
+        (
+            "jobs:\n  kubernetes:\n    namespace_mode: shared\n    namespace: ml\n    datacenters:\n"
+            "      dc1: {kind: cephfs, cluster_id: c, fs_name: f, node_stage_secret: ns/s}\n",
+            "a cephfs volume needs namespace_mode per-user",
+        ),
+        (
+            "jobs:\n  kubernetes:\n    datacenters:\n      dc1: {kind: cephfs, cluster_id: c, fs_name: f,"
+            " node_stage_secret: s}\n",
+            "jobs.kubernetes.datacenters.dc1.node_stage_secret",
+        ),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:

@@ -20,9 +20,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from paddlecloud.common.config import BuilderSection, Config, load_config
+from paddlecloud.common.config import BuilderSection, Config, KubernetesSection, load_config
 from paddlecloud.jobs.kube import rbac
-from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, volume_source
+from paddlecloud.jobs.kube.manifests import KUBERNETES_VERSION, user_volumes, volume_source
 from paddlecloud.jobs.kube.names import release_label
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +175,16 @@ def test_a_changed_config_rolls_the_pods() -> None:
         (["store.type=sqlite", "store.sqlite.existingClaim=db"], "/gateway/replicas"),  # 2 by default
         (["storage.kind=nfs"], "/storage/kind"),
         (["storage.kind=hostpath", "storage.hostPath=relative"], "/storage/hostPath"),
-        (["storage.kind=cephfs", "storage.secretName=key"], "/storage/monitors"),
+        # The in-tree cephfs values (Kubernetes 1.31 removed that driver): refused, naming ceph-csi.
+        (
+            ["storage.kind=cephfs", "storage.monitors={m:6789}", "storage.secretName=key"],
+            "storage.kind cephfs now means the ceph-csi driver (cephfs.csi.ceph.com)",
+        ),
+        (["storage.kind=cephfs", "storage.fsName=cephfs"], "storage.clusterID is needed"),
+        (
+            ["storage.kind=cephfs", "jobs.kubernetes.namespaceMode=shared", "jobs.kubernetes.namespace=ml"],
+            "storage.kind cephfs needs jobs.kubernetes.namespaceMode per-user",
+        ),
         (["ingress.enabled=true", "ingress.tls.enabled=true"], "/ingress/tls/secretName"),
         (["mongodb.enabled=false"], "store.external.uri"),
         # Kaniko's layer cache pushed from the executor, where user code runs: removed.
@@ -283,6 +292,21 @@ def test_pfs_mounts_the_volume_job_pods_get(tmp_path: Path) -> None:
         (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "pfs"]
         assert mount["mountPath"] == f"/pfs/{dc}" == yaml.safe_load(text)["pfs"]["root"]
         (volume,) = [v for v in pod["volumes"] if v["name"] == "pfs"]
+        if described.kind == "cephfs":
+            # pfs's claim of its own static ceph-csi volume over the root, which job pods'
+            # volumes (the jobs backend's own) cut into each user's home and public.
+            claim = one(objects, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+            pv = one(objects, "PersistentVolume", claim["spec"]["volumeName"])
+            assert pv["spec"]["claimRef"]["name"] == claim["metadata"]["name"]
+            settings = KubernetesSection(datacenters={dc: described})
+            jobs_pv = user_volumes("alice", settings)[0]["spec"]
+            assert pv["spec"]["persistentVolumeReclaimPolicy"] == jobs_pv["persistentVolumeReclaimPolicy"]
+            assert pv["spec"]["csi"]["volumeAttributes"] == jobs_pv["csi"]["volumeAttributes"] | {
+                "rootPath": described.root_path
+            }
+            for key in ("driver", "nodeStageSecretRef"):
+                assert pv["spec"]["csi"][key] == jobs_pv["csi"][key]
+            continue
         # pfs mounts exactly what job pods mount (the jobs backend's own mapping).
         assert {k: v for k, v in volume.items() if k != "name"} == volume_source(described), values
     kinds = {

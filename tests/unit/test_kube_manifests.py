@@ -51,7 +51,11 @@ NAMESPACE = "paddle-alice"
 
 VOLUMES = {
     "cephfs": DatacenterVolume(
-        kind="cephfs", monitors=("10.0.0.1:6789", "10.0.0.2:6789"), path="/pfs/dc1", secret_name="ceph-key"
+        kind="cephfs",
+        cluster_id="4a9e4c3e-5a8b-11ef-9b1f-0242ac120002",
+        fs_name="cephfs",
+        root_path="/pfs/dc1",
+        node_stage_secret="ceph-csi-cephfs/csi-cephfs-secret",
     ),
     "pvc": DatacenterVolume(kind="pvc", claim_name="pfs-dc1"),
     "hostpath": DatacenterVolume(kind="hostpath", host_path="/mnt/pfs/dc1"),
@@ -342,31 +346,45 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
 
 
 def assert_pfs_mounts(plan: JobPlan, pod: dict[str, Any]) -> None:
-    """Home read-write and public read-only, by subPath; never the whole PFS."""
-    (pfs,) = [v for v in pod["volumes"] if v["name"] == manifests.PFS_VOLUME]
+    """Home read-write and public read-only: by subPath of the root, or (cephfs) each
+    from the user's own claim over it; never the whole PFS."""
     volume = plan.settings.datacenters[DC]
-    sources: dict[str, dict[str, Any]] = {
-        "cephfs": {
-            "cephfs": {
-                "monitors": list(volume.monitors),
-                "path": volume.path,
-                "user": volume.user,
-                "secretRef": {"name": volume.secret_name},
-            }
-        },
-        "pvc": {"persistentVolumeClaim": {"claimName": volume.claim_name}},
-        "hostpath": {"hostPath": {"path": volume.host_path, "type": "Directory"}},
-    }
-    assert pfs == {"name": manifests.PFS_VOLUME, **sources[volume.kind]}
-    for container in containers(pod):
-        mounts = [m for m in container.get("volumeMounts", []) if m["name"] == manifests.PFS_VOLUME]
-        if container["name"] == "wait-pservers":
-            assert mounts == []
-            continue
-        assert mounts == [
+    if volume.kind == "cephfs":
+        claims = {v["name"]: v for v in pod["volumes"] if v["name"].startswith(manifests.PFS_VOLUME)}
+        assert claims == {
+            "pfs-home": {
+                "name": "pfs-home",
+                "persistentVolumeClaim": {"claimName": names.claim_name(DC, USER, "home")},
+            },
+            "pfs-public": {
+                "name": "pfs-public",
+                "persistentVolumeClaim": {
+                    "claimName": names.claim_name(DC, USER, "public"),
+                    "readOnly": True,
+                },
+            },
+        }
+        wanted = [
+            {"name": "pfs-home", "mountPath": HOME},
+            {"name": "pfs-public", "mountPath": f"/pfs/{DC}/public", "readOnly": True},
+        ]
+    else:
+        (pfs,) = [v for v in pod["volumes"] if v["name"] == manifests.PFS_VOLUME]
+        sources: dict[str, dict[str, Any]] = {
+            "pvc": {"persistentVolumeClaim": {"claimName": volume.claim_name}},
+            "hostpath": {"hostPath": {"path": volume.host_path, "type": "Directory"}},
+        }
+        assert pfs == {"name": manifests.PFS_VOLUME, **sources[volume.kind]}
+        wanted = [
             {"name": "pfs", "mountPath": HOME, "subPath": f"home/{USER}"},
             {"name": "pfs", "mountPath": f"/pfs/{DC}/public", "subPath": "public", "readOnly": True},
         ]
+    for container in containers(pod):
+        mounts = [m for m in container.get("volumeMounts", []) if m["name"].startswith(manifests.PFS_VOLUME)]
+        if container["name"] == "wait-pservers":
+            assert mounts == []
+            continue
+        assert mounts == wanted
         for mount in container.get("volumeMounts", []):
             assert mount["mountPath"] not in ("/pfs", f"/pfs/{DC}", f"/pfs/{DC}/home")
             assert mount.get("subPath", "") != "" or mount["name"] != manifests.PFS_VOLUME
@@ -695,7 +713,7 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
 def pfs_violations(settings: KubernetesSection) -> list[str]:
     """What restricted refuses of a job pod: only an in-line PFS volume, never more."""
     kind = settings.datacenters[DC].kind
-    return {"pvc": [], "cephfs": ["volume pfs: cephfs"], "hostpath": ["volume pfs: hostPath"]}[kind]
+    return {"pvc": [], "cephfs": [], "hostpath": ["volume pfs: hostPath"]}[kind]
 
 
 def test_the_pod_security_checks_catch_what_they_check() -> None:
@@ -764,15 +782,18 @@ def test_per_user_tenancy(kind: str, quota: Quota) -> None:
     namespace = names.namespace_for("Alice@Example.com", "paddle-")
     kinds = [o["kind"] for o in objects]
     quota_kinds = ["ResourceQuota"] if quota != Quota() else []
-    assert kinds == ["Namespace", *quota_kinds, "LimitRange", "NetworkPolicy", "NetworkPolicy"]
+    volume_kinds = ["PersistentVolume"] * 2 + ["PersistentVolumeClaim"] * 2 if kind == "cephfs" else []
+    assert kinds == ["Namespace", *quota_kinds, "LimitRange", "NetworkPolicy", "NetworkPolicy", *volume_kinds]
     ns = objects[0]
     assert ns["metadata"]["name"] == namespace
-    level = {"pvc": "restricted", "cephfs": "baseline", "hostpath": "privileged"}[kind]
+    level = {"pvc": "restricted", "cephfs": "restricted", "hostpath": "privileged"}[kind]
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == level
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] == f"v{KUBERNETES_VERSION}"
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/audit"] == "restricted"
-    assert all(o["metadata"]["namespace"] == namespace for o in objects[1:])
+    assert all(
+        o["metadata"].get("namespace") == namespace for o in objects[1:] if o["kind"] != "PersistentVolume"
+    )
     deny, egress = by_kind(objects, "NetworkPolicy")
     assert deny["metadata"]["name"] == names.DENY_ALL_POLICY
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
@@ -792,6 +813,51 @@ def test_per_user_tenancy(kind: str, quota: Quota) -> None:
             "ports": [{"protocol": "TCP", "port": 6789}, {"protocol": "TCP", "port": 3300}],
         },
     ]
+
+
+def test_cephfs_volumes_are_static_ceph_csi_volumes_per_user() -> None:
+    """Each user's home (read-write) and public (read-only), each a ceph-csi static
+    volume of its own with a distinct handle, retained, claimed in advance by the claim
+    in the user's namespace that the job pods mount."""
+    settings = settings_for("cephfs")
+    made = {user: manifests.user_volumes(user, settings) for user in ("alice", "bob")}
+    handles = [
+        o["spec"]["csi"]["volumeHandle"]
+        for objs in made.values()
+        for o in objs
+        if o["kind"] == "PersistentVolume"
+    ]
+    assert len(handles) == len(set(handles)) == 4
+    home, public, home_claim, public_claim = made["alice"]
+    for pv, claim, root, mode in (
+        (home, home_claim, "/pfs/dc1/home/alice", "ReadWriteMany"),
+        (public, public_claim, "/pfs/dc1/public", "ReadOnlyMany"),
+    ):
+        validate(pv)
+        validate(claim)
+        assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+        assert pv["spec"]["csi"] == {
+            "driver": "cephfs.csi.ceph.com",
+            "volumeHandle": pv["metadata"]["name"],
+            "readOnly": mode == "ReadOnlyMany",
+            "nodeStageSecretRef": {"name": "csi-cephfs-secret", "namespace": "ceph-csi-cephfs"},
+            "volumeAttributes": {
+                "clusterID": "4a9e4c3e-5a8b-11ef-9b1f-0242ac120002",
+                "fsName": "cephfs",
+                "staticVolume": "true",
+                "rootPath": root,
+            },
+        }
+        assert pv["spec"]["accessModes"] == claim["spec"]["accessModes"] == [mode]
+        ref = pv["spec"]["claimRef"]
+        assert (ref["namespace"], ref["name"]) == (NAMESPACE, claim["metadata"]["name"])
+        assert claim["spec"]["volumeName"] == pv["metadata"]["name"]
+        assert claim["spec"]["storageClassName"] == pv["spec"]["storageClassName"] == ""
+        assert pv["metadata"]["labels"][names.LABEL_RELEASE] == "paddlecloud"
+    # Another installation's volumes for the same user are other objects.
+    other = manifests.user_volumes("alice", settings_for("cephfs", release="other"))
+    assert {o["metadata"]["name"] for o in other if o["kind"] == "PersistentVolume"}.isdisjoint(handles)
+    assert manifests.user_volumes("alice", settings_for("pvc")) == []
 
 
 def test_shared_tenancy_makes_no_namespace_and_no_quota() -> None:
@@ -1256,6 +1322,8 @@ def test_rbac_is_least_privilege(part: rbac.Part) -> None:
             ("", "namespaces"): {"get", "list", "watch", "create", "patch", "delete"},
             ("rbac.authorization.k8s.io", "rolebindings"): {"create"},
             ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
+            # Each user's static PFS volumes (kind cephfs); the chart's policy confines them.
+            ("", "persistentvolumes"): {"get", "create", "patch", "delete"},
         }
         return
     assert all(p.scope == "namespaced" for p in rbac.permissions(part))

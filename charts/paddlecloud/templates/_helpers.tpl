@@ -127,13 +127,8 @@ seccompProfile:
 {{- define "paddlecloud.pfsVolume" -}}
 {{- $s := .Values.storage -}}
 {{- if eq $s.kind "cephfs" -}}
-cephfs:
-  monitors:
-    {{- toYaml $s.monitors | nindent 4 }}
-  path: {{ $s.path }}
-  user: {{ $s.user }}
-  secretRef:
-    name: {{ $s.secretName }}
+persistentVolumeClaim:
+  claimName: {{ include "paddlecloud.pfsClaim" . }}
 {{- else if eq $s.kind "pvc" -}}
 persistentVolumeClaim:
   claimName: {{ $s.claimName }}
@@ -142,6 +137,26 @@ hostPath:
   path: {{ $s.hostPath }}
   # A node without the PFS mounted fails the pod rather than giving it an empty one.
   type: Directory
+{{- end -}}
+{{- end -}}
+
+{{/* storage.kind cephfs: pfs's claim (in the release's namespace) and its static
+     PersistentVolume (cluster-wide: named after the release's namespace too). */}}
+{{- define "paddlecloud.pfsClaim" -}}{{ include "paddlecloud.fullname" . }}-pfs{{- end -}}
+{{- define "paddlecloud.pfsPersistentVolume" -}}{{ .Release.Namespace }}-{{ include "paddlecloud.fullname" . }}-pfs{{- end -}}
+
+{{/* The in-tree cephfs values, refused with the message the service's settings give. */}}
+{{- define "paddlecloud.checkStorage" -}}
+{{- $s := .Values.storage -}}
+{{- $old := list -}}
+{{- range $key := list "monitors" "path" "user" "secretName" -}}
+{{- if hasKey $s $key -}}{{- $old = append $old $key -}}{{- end -}}
+{{- end -}}
+{{- if and (eq $s.kind "cephfs") (eq .Values.jobs.kubernetes.namespaceMode "shared") -}}
+{{- fail "storage.kind cephfs needs jobs.kubernetes.namespaceMode per-user (the jobs service makes each user's PersistentVolumes, which shared mode has no right to)" -}}
+{{- end -}}
+{{- if and $old (eq $s.kind "cephfs") -}}
+{{- fail (printf "storage.kind cephfs now means the ceph-csi driver (cephfs.csi.ceph.com); the in-tree cephfs volume was removed in Kubernetes 1.31: give storage.clusterID, fsName, rootPath and nodeStageSecretName/nodeStageSecretNamespace (the Secret with userID and userKey) instead of storage.%s (docs/kubernetes.md, \"CephFS through ceph-csi\")" (join ", " $old)) -}}
 {{- end -}}
 {{- end -}}
 

@@ -101,6 +101,8 @@ KINDS = ("ConfigMap", "StatefulSet", "Job", "Pod")
 BINDING_SETTLE_SECONDS = 5.0
 # Kubernetes' StatusCause of a create refused in a namespace that is being deleted.
 NAMESPACE_TERMINATING = "NamespaceTerminating"
+# Kinds whose spec cannot change once made: `_apply` brings only their labels along.
+_FIXED_SPEC = frozenset({"PersistentVolume", "PersistentVolumeClaim"})
 # How RBAC's authorizer words a refusal (k8s.io/apiserver's forbiddenMessage).
 _RBAC_REFUSAL = re.compile(r'User ".*" cannot [a-z]+ resource "')
 # How often a namespace's Warning Events are read, at most, while a job of it waits
@@ -588,9 +590,26 @@ class KubernetesBackend(Backend):
         meta = manifest["metadata"]
         patch: dict[str, Any] = {"metadata": {"labels": meta.get("labels") or {}}}
         for field in ("spec", "data"):
-            if field in manifest:
+            # A volume's and a claim's spec is fixed once made (and theirs is the same
+            # for the same user): only their labels are brought to the manifest.
+            if field in manifest and manifest["kind"] not in _FIXED_SPEC:
                 patch[field] = manifest[field]
-        await self.kube.patch(manifest["kind"], meta.get("namespace"), meta["name"], patch)
+        found = await self.kube.patch(manifest["kind"], meta.get("namespace"), meta["name"], patch)
+        if manifest["kind"] == "PersistentVolume":
+            await self._rebind(found)
+
+    async def _rebind(self, volume: dict[str, Any]) -> None:
+        """A user's volume whose claim went without the user (their namespace deleted by
+        hand) still names the old claim's uid, and would never bind the new claim: it is
+        pointed at the claim by name alone again, and binds it (the data is the same)."""
+        ref = (volume.get("spec") or {}).get("claimRef") or {}
+        if not ref.get("uid"):
+            return
+        claim = await self.kube.get("PersistentVolumeClaim", ref.get("namespace"), str(ref.get("name")))
+        if claim is not None and _meta(claim).get("uid") == ref["uid"]:
+            return
+        unbound = {"spec": {"claimRef": {"uid": None, "resourceVersion": None}}}
+        await self.kube.patch("PersistentVolume", None, _meta(volume)["name"], unbound)
 
     async def _sync_quotas(self) -> None:
         """Bring each known namespace's ResourceQuota to its user's current quota."""
@@ -950,7 +969,11 @@ class KubernetesBackend(Backend):
 
     async def forget_user(self, user: str) -> None:
         """A deleted user's namespace goes, with its quota and everything left in it, when
-        this release made it; one it did not make is never deleted."""
+        this release made it; one it did not make is never deleted. The user's
+        PersistentVolume objects go too (they would stay Released, bound to claims that are
+        gone, and a user of that name made again could not have them): never their data,
+        which a static ceph-csi volume's deletion leaves (Retain), and pfs keeps or
+        archives (DELETE /api/v1/users)."""
         namespace = self.namespace(user)
         self._tenancy.pop(namespace, None)
         self._users.pop(namespace, None)
@@ -958,9 +981,17 @@ class KubernetesBackend(Backend):
         if self._shared():
             return
         existing = await self.kube.get("Namespace", None, namespace)
-        if existing is None or not is_ours(existing, self._settings.release):
-            return
-        await self.kube.delete("Namespace", None, namespace, uid=_meta(existing).get("uid"))
+        if existing is not None and is_ours(existing, self._settings.release):
+            await self.kube.delete("Namespace", None, namespace, uid=_meta(existing).get("uid"))
+        for volume in manifests.user_volumes(user, self._settings):
+            if volume["kind"] != "PersistentVolume":
+                continue
+            name = volume["metadata"]["name"]
+            found = await self.kube.get("PersistentVolume", None, name)
+            if found is not None and is_ours(found, self._settings.release):
+                # Bound until the namespace's deletion removes its claim: the API server
+                # marks it now and removes it then (kubernetes.io/pv-protection).
+                await self.kube.delete("PersistentVolume", None, name, uid=_meta(found).get("uid"))
 
     async def sweep(self, keep: set[str]) -> int:
         """Delete the objects of every job not in `keep` (active job ids): leftovers of a

@@ -115,22 +115,19 @@ def namespace_of(user: str, settings: KubernetesSection) -> str:
 def pod_security_level(settings: KubernetesSection) -> str:
     """The Pod Security level a per-user namespace enforces: `restricted` unless a
     datacenter's PFS volume is of a type it forbids. Restricted admits only volumes
-    defined through PersistentVolumes (pvc); an in-line `cephfs` volume needs
-    `baseline`, a `hostPath` one `privileged`. Job pods meet every other rule of
-    restricted whatever the level, and the namespace warns and audits at restricted."""
+    defined through PersistentVolumes (pvc, and cephfs: the service's claims); a
+    `hostPath` one needs `privileged`. Job pods meet every other rule of restricted
+    whatever the level, and the namespace warns and audits at restricted."""
     kinds = {volume.kind for volume in settings.datacenters.values()}
-    if "hostpath" in kinds:
-        return "privileged"
-    if "cephfs" in kinds:
-        return "baseline"
-    return "restricted"
+    return "privileged" if "hostpath" in kinds else "restricted"
 
 
 def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> list[dict[str, Any]]:
     """The objects of `user`'s namespace, in creation order: the Namespace and its
-    ResourceQuota (per-user mode only), a LimitRange, and the NetworkPolicies that deny
+    ResourceQuota (per-user mode only), a LimitRange, the NetworkPolicies that deny
     every pod all traffic but to the cluster's DNS pods (`settings.dns`) and the storage
-    CIDRs (each job's own policy then lets its pods reach each other).
+    CIDRs (each job's own policy then lets its pods reach each other), and the user's
+    PFS volumes and claims of cephfs datacenters (`user_volumes`).
 
     In shared mode the operator made `settings.namespace`: there is no Namespace object,
     and no ResourceQuota, since a quota there would bound every user together (the
@@ -197,6 +194,8 @@ def tenancy_objects(user: str, quota: Quota, settings: KubernetesSection) -> lis
             "spec": {"podSelector": pods(), "policyTypes": ["Egress"], "egress": egress},
         }
     )
+    if not shared:  # (shared mode admits no cephfs volume: config.py)
+        objects.extend(user_volumes(user, settings))
     return objects
 
 
@@ -571,7 +570,7 @@ def _pod_template(plan: JobPlan, role: str) -> dict[str, Any]:
         # the volume holds more than the job's disk, whatever the containers' limits.
         "volumes": [
             {"name": WORK_VOLUME, "emptyDir": {"sizeLimit": format_bytes(spec.disk_bytes)}},
-            _pfs_volume(plan),
+            *_pfs_volumes(plan),
         ],
     }
     if role == "TRAINER":
@@ -736,37 +735,125 @@ def _volume(plan: JobPlan) -> DatacenterVolume:
     return plan.settings.datacenters[plan.launch.datacenter]
 
 
-def _pfs_volume(plan: JobPlan) -> dict[str, Any]:
-    return {"name": PFS_VOLUME, **volume_source(_volume(plan))}
+def _pfs_volumes(plan: JobPlan) -> list[dict[str, Any]]:
+    """The pod's PFS volumes: with kind cephfs the user's two claims (home read-write,
+    public read-only), else the datacenter's whole root once (mounted by subPath)."""
+    volume, dc, user = _volume(plan), plan.launch.datacenter, plan.launch.job.owner
+    if volume.kind != "cephfs":
+        return [{"name": PFS_VOLUME, **volume_source(volume)}]
+    return [
+        {
+            "name": f"{PFS_VOLUME}-{area}",
+            "persistentVolumeClaim": {"claimName": names.claim_name(dc, user, area)}
+            | ({"readOnly": True} if area == "public" else {}),
+        }
+        for area in names.PFS_AREAS
+    ]
 
 
 def volume_source(volume: DatacenterVolume) -> dict[str, Any]:
-    """A datacenter's PFS root as a pod volume's source (the chart mounts pfs's the same)."""
-    if volume.kind == "cephfs":
-        source: dict[str, Any] = {
-            "cephfs": {
-                "monitors": list(volume.monitors),
-                "path": volume.path,
-                "user": volume.user,
-                "secretRef": {"name": volume.secret_name},
-            }
-        }
-    elif volume.kind == "pvc":
-        source = {"persistentVolumeClaim": {"claimName": volume.claim_name}}
-    else:
+    """A pvc or hostpath datacenter's PFS root as a pod volume's source (the chart mounts
+    pfs's the same). A cephfs one has no in-line source: it comes through claims."""
+    if volume.kind == "pvc":
+        return {"persistentVolumeClaim": {"claimName": volume.claim_name}}
+    if volume.kind == "hostpath":
         # Directory: a node without the PFS mounted fails the pod, never gets an empty one.
-        source = {"hostPath": {"path": volume.host_path, "type": "Directory"}}
-    return source
+        return {"hostPath": {"path": volume.host_path, "type": "Directory"}}
+    raise ValueError("a cephfs volume is mounted through its PersistentVolumeClaims (user_volumes)")
 
 
 def _pfs_mounts(plan: JobPlan) -> list[dict[str, Any]]:
-    """The user's home read-write and the public area read-only, each by subPath: the
-    rest of the PFS (other users' homes) is never in the container."""
+    """The user's home read-write and the public area read-only: the rest of the PFS
+    (other users' homes) is never in the container. With kind cephfs each is a volume of
+    its own (and the node mounts no more than that); else subPaths of the root."""
     dc, user = plan.launch.datacenter, plan.launch.job.owner
+    home, public = f"/pfs/{dc}/home/{user}", f"/pfs/{dc}/public"
+    if _volume(plan).kind == "cephfs":
+        return [
+            {"name": f"{PFS_VOLUME}-home", "mountPath": home},
+            {"name": f"{PFS_VOLUME}-public", "mountPath": public, "readOnly": True},
+        ]
     return [
-        {"name": PFS_VOLUME, "mountPath": f"/pfs/{dc}/home/{user}", "subPath": f"home/{user}"},
-        {"name": PFS_VOLUME, "mountPath": f"/pfs/{dc}/public", "subPath": "public", "readOnly": True},
+        {"name": PFS_VOLUME, "mountPath": home, "subPath": f"home/{user}"},
+        {"name": PFS_VOLUME, "mountPath": public, "subPath": "public", "readOnly": True},
     ]
+
+
+# ceph-csi's driver, and the size a static volume and its claim state: ceph-csi enforces
+# none for a static volume (the pfs service enforces each user's storage quota), but both
+# must state one, and the claim's must not exceed the volume's.
+CEPHFS_DRIVER = "cephfs.csi.ceph.com"
+STATIC_VOLUME_SIZE = "1Ti"
+
+
+def user_volumes(user: str, settings: KubernetesSection) -> list[dict[str, Any]]:
+    """For each cephfs datacenter, `user`'s static PersistentVolumes (cluster-wide) and
+    their claims in the user's namespace, volumes first: one over the user's home
+    (read-write) and one over public (read-only), rather than the PFS root per user, so a
+    node mounts only what the pod may see. Each volume is bound to its claim in advance
+    (claimRef) and kept when the claim goes (Retain): ceph-csi never deletes a static
+    volume's data, and the service deletes only the volume object (forget_user)."""
+    namespace = namespace_of(user, settings)
+    labels = names.managed_labels(settings.release) | {names.LABEL_USER: names.user_label(user)}
+    annotations = {names.ANNOTATION_USER: user}
+    volumes: list[dict[str, Any]] = []
+    claims: list[dict[str, Any]] = []
+    for dc, volume in settings.datacenters.items():
+        if volume.kind != "cephfs":
+            continue
+        root = volume.root_path.rstrip("/")
+        secret_namespace, _, secret_name = str(volume.node_stage_secret).partition("/")
+        for area in names.PFS_AREAS:
+            read_only = area == "public"
+            pv, claim = names.volume_name(settings.release, dc, user, area), names.claim_name(dc, user, area)
+            modes = ["ReadOnlyMany"] if read_only else ["ReadWriteMany"]
+            volumes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": _metadata(pv, None, labels, annotations),
+                    "spec": {
+                        "accessModes": modes,
+                        "capacity": {"storage": STATIC_VOLUME_SIZE},
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": "",
+                        "volumeMode": "Filesystem",
+                        "claimRef": {
+                            "apiVersion": "v1",
+                            "kind": "PersistentVolumeClaim",
+                            "namespace": namespace,
+                            "name": claim,
+                        },
+                        "csi": {
+                            "driver": CEPHFS_DRIVER,
+                            "volumeHandle": pv,
+                            "readOnly": read_only,
+                            "nodeStageSecretRef": {"name": secret_name, "namespace": secret_namespace},
+                            "volumeAttributes": {
+                                "clusterID": str(volume.cluster_id),
+                                "fsName": str(volume.fs_name),
+                                "staticVolume": "true",
+                                "rootPath": f"{root}/{area}/{user}" if area == "home" else f"{root}/{area}",
+                            },
+                        },
+                    },
+                }
+            )
+            claims.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": _metadata(claim, namespace, labels, annotations),
+                    "spec": {
+                        "accessModes": modes,
+                        "resources": {"requests": {"storage": STATIC_VOLUME_SIZE}},
+                        "storageClassName": "",
+                        "volumeMode": "Filesystem",
+                        "volumeName": pv,
+                    },
+                }
+            )
+    return volumes + claims
 
 
 # --- The runtime contract --------------------------------------------------------------

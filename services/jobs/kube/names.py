@@ -129,3 +129,20 @@ def is_ours(obj: dict[str, object], release: str) -> bool:
     meta = obj.get("metadata")
     labels = (meta.get("labels") if isinstance(meta, dict) else None) or {}
     return isinstance(labels, dict) and labels.get(LABEL_RELEASE) == release_label(release)
+
+
+# The two PFS areas a user's job pods mount, each from a volume of its own with kind
+# cephfs: the user's home read-write, public read-only.
+PFS_AREAS = ("home", "public")
+
+
+def volume_name(release: str, datacenter: str, user: str, area: str) -> str:
+    """The PersistentVolume (cluster-wide) over `user`'s `area` on `datacenter`, made by
+    the installation `release`: the hash of all four keeps it apart from every other
+    user's, datacenter's and installation's. Also its ceph-csi volumeHandle."""
+    return _label("pfs-", f"{datacenter}/{user}/{area}/{release}")
+
+
+def claim_name(datacenter: str, user: str, area: str) -> str:
+    """The claim of that volume in the user's namespace (a user's own in shared mode too)."""
+    return _label("pfs-", f"{datacenter}/{user}/{area}")

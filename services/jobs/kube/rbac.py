@@ -3,7 +3,8 @@
 Three parts, each rendered into the Helm chart (scripts/chart_rbac.py) and each entry
 saying why it is needed:
 - `CLUSTER_PERMISSIONS` (per-user mode, a ClusterRole bound cluster-wide): only what
-  cannot be namespaced. Namespaces (made as users appear, deleted with them) and making
+  cannot be namespaced. Namespaces (made as users appear, deleted with them), each
+  user's PersistentVolumes (kind cephfs), and making
   RoleBindings, with `bind` on ONE ClusterRole, the tenant role, by `resourceNames`: the
   service grants itself its rights in each namespace it makes, and nothing else. The
   chart's ValidatingAdmissionPolicy then confines these to this release's namespaces:
@@ -89,6 +90,15 @@ CLUSTER_PERMISSIONS: tuple[Permission, ...] = (
         "binding the tenant role, and only it, without holding its rights cluster-wide",
         names=(TENANT_ROLE,),
     ),
+    Permission(
+        "",
+        "persistentvolumes",
+        ("get", "create", "patch", "delete"),
+        "cluster",
+        "each user's static ceph-csi volumes over their PFS home and public, made with their "
+        "namespace and deleted with the user, never their data (the admission policy admits "
+        "only the release's, of the ceph-csi driver, Retain, claimed in the release's namespaces)",
+    ),
 )
 
 TENANT_PERMISSIONS: tuple[Permission, ...] = (
@@ -124,6 +134,13 @@ TENANT_PERMISSIONS: tuple[Permission, ...] = (
         "children block their owner's deletion (OwnerReferencesPermissionEnforcement asks for this)",
     ),
     Permission("", "services", ("get", "create", "patch"), "namespaced", "the workers' headless Services"),
+    Permission(
+        "",
+        "persistentvolumeclaims",
+        ("get", "create", "patch"),
+        "namespaced",
+        "the user's claims of their PFS volumes (kind cephfs), deleted with the namespace",
+    ),
     Permission(
         "",
         "secrets",
