@@ -37,6 +37,15 @@ CEPHFS = {
     "root_path": "/paddlecloud",
     "node_stage_secret": "ceph-csi-cephfs/csi-cephfs-secret",
 }
+# The same storage as the chart's values: its admission policy admits only volumes over it.
+CHART_STORAGE = (
+    "storage.kind=cephfs",
+    f"storage.clusterID={CEPHFS['cluster_id']}",
+    f"storage.fsName={CEPHFS['fs_name']}",
+    f"storage.rootPath={CEPHFS['root_path']}",
+    "storage.nodeStageSecretNamespace=ceph-csi-cephfs",
+    "storage.nodeStageSecretName=csi-cephfs-secret",
+)
 
 
 def volumes_of(admin: Any, user: str, release: str) -> list[Obj]:
@@ -58,7 +67,7 @@ def test_the_services_token_may_make_only_its_releases_ceph_csi_volumes(
         real_kube.cluster,
         tmp_path,
         f"pcjobs-{prefix[1:-1]}",
-        sets=(f"jobs.kubernetes.namespacePrefix={prefix}",),
+        sets=(f"jobs.kubernetes.namespacePrefix={prefix}", *CHART_STORAGE),
     )
     service, dry = rights.client(), {"dryRun": "All"}
     settings = KubernetesSection(
@@ -78,6 +87,13 @@ def test_the_services_token_may_make_only_its_releases_ceph_csi_volumes(
             assert "ValidatingAdmissionPolicy" in reply.message and says in reply.message, reply.message
 
         refused(lambda pv: pv["metadata"].update(labels={}), "only PersistentVolumes labelled")
+        # Only over this release's CephFS storage: not another path, file system or Secret.
+        attributes, over = home["spec"]["csi"]["volumeAttributes"], "over this release's CephFS storage"
+        for key, value in (("rootPath", "/"), ("rootPath", "/paddlecloud/home/../x"), ("fsName", "other")):
+            csi = {**home["spec"]["csi"], "volumeAttributes": {**attributes, key: value}}
+            refused(lambda pv, csi=csi: pv["spec"].update(csi=csi), over)
+        secret = {"name": "csi-cephfs-secret", "namespace": "kube-system"}
+        refused(lambda pv: pv["spec"].update(csi={**home["spec"]["csi"], "nodeStageSecretRef": secret}), over)
         refused(lambda pv: pv["spec"].update(csi={**home["spec"]["csi"], "driver": "x.csi.io"}), "ceph-csi")
         refused(lambda pv: pv["spec"].update(persistentVolumeReclaimPolicy="Delete"), "retained")
         refused(
@@ -101,7 +117,7 @@ def backend(real_kube: RealKube, server_factory: Any, tmp_path: Path) -> Iterato
         server_factory,
         tmp_path,
         prefix=prefix,
-        sets=(f"jobs.kubernetes.namespacePrefix={prefix}",),
+        sets=(f"jobs.kubernetes.namespacePrefix={prefix}", *CHART_STORAGE),
         datacenters={DC: CEPHFS},
     ) as started:
         try:

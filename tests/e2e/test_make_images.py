@@ -252,21 +252,22 @@ def test_make_images_pushes_every_image_the_chart_uses_and_helm_installs_with_th
     home = tmp_path / "helm"
     objects = chart.render(real_kube.cluster.admin_kubeconfig, home, "default", namespace, *sets)
     images = referenced_images(objects)
-    # The platform, runtime, MongoDB, executor, builds' base and init images at least.
-    assert len(images) >= 6, images
+    # The platform, runtime, MongoDB, executor, pusher, builds' base and init images at least.
+    assert len(images) >= 7, images
     docker_config = tmp_path / "docker"
     for image in sorted(images):
         assert image.startswith(f"{prefix}/"), f"the chart still pulls {image} from outside the registry"
         crane(docker_config, "digest", image)  # fails the test where the registry lacks it
     executor = next(i for i in images if "/kaniko" in i)
     assert executor.endswith(f"@{kaniko}") and crane(docker_config, "digest", executor) == kaniko
-    # The pusher, whether or not this chart names it yet: the platform image plus crane, uid 1000.
+    # The pusher the chart names: the platform image plus crane, run as uid 1000.
+    assert f"{prefix}/pusher:0.1.0" in images, images
     pusher = json.loads(crane(docker_config, "config", f"{prefix}/pusher:0.1.0"))
     assert pusher["config"]["User"] == "1000:1000"
 
     admin = real_kube.cluster.admin
-    for name in (namespace, builds):
-        admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    # The release's namespace; the chart makes the builds' one (builder.kaniko.createNamespace).
+    admin.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
     try:
         flags = [arg for s in sets for arg in ("--set", s)]
         kubeconfig = real_kube.cluster.admin_kubeconfig
