@@ -316,6 +316,23 @@ def test_pfs_mounts_the_volume_job_pods_get(tmp_path: Path) -> None:
     assert kinds == {"cephfs", "pvc", "hostpath"}
 
 
+def test_the_jobs_service_reads_the_pfs_pfs_serves() -> None:
+    """jobs checks a submission's package, input and requirements.txt on PFS at its
+    `pfs.root` (services/jobs/packages.py): without the volume there, every submit on a
+    cluster would be refused as "does not exist on PFS". It mounts pfs's volume read-only."""
+    for values in SETS:
+        objects = render(values)
+        root = yaml.safe_load(config_text(objects))["pfs"]["root"]
+        pods = {
+            c: one(objects, "Deployment", f"{RELEASE}-paddlecloud-{c}")["spec"]["template"]["spec"]
+            for c in ("pfs", "jobs")
+        }
+        (mount,) = [m for m in pods["jobs"]["containers"][0]["volumeMounts"] if m["name"] == "pfs"]
+        assert mount == {"name": "pfs", "mountPath": root, "readOnly": True}, values
+        (volume,) = [v for v in pods["jobs"]["volumes"] if v["name"] == "pfs"]
+        assert volume in pods["pfs"]["volumes"], values
+
+
 def test_mongodb_bundled_with_auth_and_a_volume_or_external() -> None:
     objects = render(None)
     statefulset = one(objects, "StatefulSet", f"{RELEASE}-paddlecloud-mongodb")
