@@ -73,23 +73,6 @@ def split_reference(ref: str) -> tuple[str, str, str]:
     return repository, tag, digest
 
 
-def values_keys(path: Path = VALUES) -> set[str]:
-    """The dotted keys values.yaml defines (block mappings only, as the chart writes them):
-    enough to tell whether this checkout's chart has a key, without a YAML library."""
-    keys: set[str] = set()
-    stack: list[tuple[int, str]] = []
-    for line in path.read_text().splitlines():
-        match = re.match(r"^( *)([A-Za-z0-9_]+):(\s|$)", line)
-        if not match:
-            continue
-        indent = len(match.group(1))
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        stack.append((indent, match.group(2)))
-        keys.add(".".join(name for _, name in stack))
-    return keys
-
-
 def setting(name: str, default: str = "") -> str:
     return os.environ.get(name, "").strip() or default
 
@@ -240,12 +223,8 @@ def main() -> int:
                 "make images: no crane to copy the third-party images (run `make crane`, or set CRANE=)"
             )
         images = {**built, **copy_all(crane, registry, insecure, env)}
-    chart_keys = values_keys()
     flags: list[str] = []
     for entry in entries():
-        if entry.key not in chart_keys:  # an older chart: its schema would refuse the key
-            print(f"make images: this chart has no {entry.key}; {images[entry.name]} is pushed but not set")
-            continue
         flags += helm_sets(entry, images[entry.name])
     print("\nEvery image is in the registry. Point the chart at them with:\n")
     print(" \\\n".join(f"  --set {flag}" for flag in dict.fromkeys(flags)))

@@ -47,15 +47,6 @@ def chart_images(values: Any, path: str = "") -> dict[str, str]:
     return found
 
 
-def mapping_keys(values: Any, path: str = "") -> set[str]:
-    keys: set[str] = set()
-    if isinstance(values, dict):
-        for key, value in values.items():
-            dotted = f"{path}.{key}" if path else key
-            keys |= {dotted, *mapping_keys(value, dotted)}
-    return keys
-
-
 def test_every_image_of_the_chart_is_in_the_list_with_the_charts_default() -> None:
     images = images_module()
     values = yaml.safe_load(VALUES.read_text())
@@ -78,19 +69,6 @@ def test_every_image_of_the_chart_is_in_the_list_with_the_charts_default() -> No
         assert key in chart or entry.how == "build", f"images/images.txt copies {key}, which the chart lacks"
         if entry.how == "build":
             assert (REPO / entry.origin).is_file(), entry.origin
-
-
-def test_the_scripts_reading_of_values_yaml_matches_yaml() -> None:
-    """images.py reads values.yaml's keys without a YAML library (it runs before any
-    virtualenv), to print --set flags only for keys this chart has: it finds no key PyYAML
-    does not, and it agrees with PyYAML on every key the list names (flow mappings such as
-    `{cpu: 1}` it does not read: no image is written so)."""
-    images = images_module()
-    values = yaml.safe_load(VALUES.read_text())
-    read, parsed = images.values_keys(VALUES), mapping_keys(values)
-    assert read <= parsed
-    listed = {entry.key for entry in images.entries()}
-    assert listed & read == listed & parsed
 
 
 def test_references_split_into_repository_tag_and_digest() -> None:
