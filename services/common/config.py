@@ -490,6 +490,35 @@ class JobsSection(ServiceSection):
         return value
 
 
+class HdfsStorage(_Section):
+    """A datacenter root in HDFS, reached over WebHDFS (docs/storage.md, HDFS)."""
+
+    # The NameNode's HTTP address (WebHDFS at <url>/webhdfs/v1), e.g. http://nn.example:9870.
+    namenode: str = Field(..., pattern=r"^https?://[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?/?$")
+    # The datacenter root in HDFS: home/<user>, public and .uploads live beneath it.
+    root_path: str = Field("/paddlecloud", pattern=r"^/[!-~]*$")
+    # The HDFS user the platform is (simple authentication: user.name=<user>).
+    user: str = Field("paddlecloud", pattern=r"^[A-Za-z_][-A-Za-z0-9_.]{0,63}$")
+    # Act as each user with doas=<user> (the NameNode must list `user` in its
+    # hadoop.proxyuser.<user>.hosts/groups): HDFS's own permissions then hold per user.
+    proxy_users: bool = False
+    # Kerberos (SPNEGO) is not supported yet: a setting of true is refused at start.
+    kerberos: bool = False
+    # Space quotas count every replica: a quota of N bytes is set as N * replication.
+    replication: int = Field(3, ge=1, le=512)
+    timeout: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _supported(self) -> HdfsStorage:
+        if self.kerberos:
+            raise ValueError(
+                "hdfs kerberos is not supported yet (docs/storage.md, HDFS): use simple authentication behind a trusted network"
+            )
+        if ".." in self.root_path.split("/"):
+            raise ValueError(f"root_path may not contain '..': {self.root_path!r}")
+        return self
+
+
 class PfsSection(ServiceSection):
     port: int = Field(8082, ge=0, le=65535)
     # Where other services (jobs, for storage usage) reach pfs; `paddlecloud server` sets it.
@@ -501,6 +530,9 @@ class PfsSection(ServiceSection):
     max_upload_size: int = Field(2**40, gt=0)
     upload_expiry_seconds: int = Field(24 * 3600, gt=0)
     upload_read_timeout: float = Field(60.0, gt=0)
+    # Where the datacenter's files live: on this host under `root` (local disk or a CephFS
+    # mount; the default), or in HDFS (then `root` keeps only pfs's own state).
+    hdfs: HdfsStorage | None = None
 
 
 _HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
