@@ -3,73 +3,70 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from paddlecloud.common.config import Config
 from paddlecloud.common.keys import READINESS_CHECKS
+from paddlecloud.common.storage import open_storage
+from paddlecloud.common.storage.base import AbstractVolume
+from paddlecloud.common.storage.cephfs import QUOTA_SYNC_SECONDS, CephQuotas
 from paddlecloud.common.store import Store
 from paddlecloud.common.tasks import background, run_periodically
-from paddlecloud.common.volume import Volume, open_volume
 from paddlecloud.common.web import create_base_app, use_store
 
 from . import api, upload_api
-from .cephfs import QUOTA_SYNC_SECONDS, CephQuotas
 from .errors import PROBLEMS
 from .files import Files
-from .keys import DATACENTER, FILES, QUOTAS, ROOT, UPLOADS, USAGE
+from .keys import DATACENTER, FILES, QUOTAS, UPLOADS, VOLUME
 from .uploads import GC_INTERVAL, GC_TASK, Uploads
-from .usage import Usage
 
 QUOTA_TASK = "pfs-ceph-quotas"
 
 
-def create_app(config: Config, *, store: Store | None = None) -> web.Application:
-    """The pfs service, serving the datacenter root `pfs.root` as /pfs/<datacenter>.
+def create_app(
+    config: Config, *, store: Store | None = None, volume: AbstractVolume | None = None
+) -> web.Application:
+    """The pfs service, serving the datacenter's storage (`open_storage`: the root `pfs.root`,
+    or HDFS with `pfs.hdfs`; `volume` instead, given) as /pfs/<datacenter>.
 
     Uploads can be as large as the quota allows: handlers stream bodies and enforce their
     own limits, so `client_max_size` only guards the JSON endpoints.
     """
     app = create_base_app(config, "pfs", problems=PROBLEMS)
     app[DATACENTER] = config.pfs.datacenter
-    app.cleanup_ctx.append(_resources(config, store))
+    app.cleanup_ctx.append(_resources(config, store, volume))
     api.add_routes(app)
     upload_api.add_routes(app)
     return app
 
 
-def _resources(config: Config, given_store: Store | None) -> Callable[[web.Application], AsyncIterator[None]]:
+def _resources(
+    config: Config, given_store: Store | None, given_volume: AbstractVolume | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        root = open_volume(config, Volume)
-        app[ROOT] = root
-        app[USAGE] = Usage(root)
-        quotas = app[QUOTAS] = CephQuotas(root.root)
-
-        async def root_writable() -> None:
-            if not os.access(root.root, os.W_OK | os.X_OK):
-                raise OSError(f"{root.root} is not a writable directory")
-
-        app[READINESS_CHECKS].append(root_writable)
         async with contextlib.AsyncExitStack() as stack:
+            volume = given_volume if given_volume is not None else open_storage(config)
+            if given_volume is None:
+                stack.push_async_callback(volume.close)
+            app[VOLUME] = volume
+            quotas = app[QUOTAS] = volume.quotas
+            app[READINESS_CHECKS].append(volume.check_writable)
             # The store holds users' storage quotas.
             store = await stack.enter_async_context(use_store(app, config, given_store))
             section = config.pfs
             uploads = Uploads(
-                root,
-                app[USAGE],
+                volume,
                 store,
                 datacenter=section.datacenter,
                 max_size=section.max_upload_size,
                 expiry_seconds=section.upload_expiry_seconds,
                 read_timeout=section.upload_read_timeout,
-                quotas=quotas,
             )
             await uploads.load()
-            stack.callback(uploads.close)
             app[UPLOADS] = uploads
-            app[FILES] = Files(root, app[USAGE], quotas, store, datacenter=section.datacenter)
+            app[FILES] = Files(volume, store, datacenter=section.datacenter)
 
             async def collect() -> None:
                 await uploads.collect()
@@ -77,12 +74,12 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             await stack.enter_async_context(
                 background(GC_TASK, run_periodically(GC_TASK, collect, GC_INTERVAL))
             )
-            if quotas.enabled:
+            if isinstance(quotas, CephQuotas) and quotas.enabled:
 
                 async def sync_quotas() -> None:
                     await quotas.sync_all(store)
 
-                # On CephFS, homes carry their users' storage quotas (cephfs.py).
+                # On CephFS, homes carry their users' storage quotas (storage/cephfs.py).
                 await stack.enter_async_context(
                     background(QUOTA_TASK, run_periodically(QUOTA_TASK, sync_quotas, QUOTA_SYNC_SECONDS))
                 )

@@ -24,7 +24,7 @@ from .errors import (
     OverMaxSize,
 )
 from .keys import UPLOADS
-from .staging import Record
+from .records import Record
 from .uploads import ByteSource, Uploads
 
 log = structlog.get_logger()
@@ -48,13 +48,13 @@ def _headers(**extra: str) -> dict[str, str]:
     return {"Tus-Resumable": tus.VERSION, **extra}
 
 
-def _state_headers(uploads: Uploads, record: Record, offset: int) -> dict[str, str]:
+async def _state_headers(uploads: Uploads, record: Record, offset: int) -> dict[str, str]:
     headers = _headers(**{"Upload-Offset": str(offset)})
     if record.state == "complete":
         headers["PaddleCloud-Path"] = record.path
         headers["PaddleCloud-Sha256"] = record.result_sha256 or ""
     else:
-        headers["Upload-Expires"] = tus.http_date(uploads.expiry(record))
+        headers["Upload-Expires"] = tus.http_date(await uploads.expiry(record))
     return headers
 
 
@@ -106,7 +106,7 @@ async def create(request: web.Request) -> web.Response:
         answer = _problem(uploads, exc)
         answer.headers.update(Location=location)
         raise answer from exc
-    headers.update(_state_headers(uploads, record, offset))
+    headers.update(await _state_headers(uploads, record, offset))
     headers["Location"] = location
     return web.Response(status=201, headers=headers)
 
@@ -115,7 +115,7 @@ async def head(request: web.Request, upload_id: str) -> web.Response:
     uploads = request.app[UPLOADS]
     identity = request[IDENTITY]
     record, offset = await uploads.status(upload_id, identity)
-    headers = _state_headers(uploads, record, offset)
+    headers = await _state_headers(uploads, record, offset)
     headers["Cache-Control"] = "no-store"
     if record.length is None:
         headers["Upload-Defer-Length"] = "1"
@@ -141,7 +141,7 @@ async def patch(request: web.Request, upload_id: str) -> web.Response:
     record, current = await uploads.append(
         upload_id, identity, body_of(request), request.content_length, offset, checksum, new_length
     )
-    return web.Response(status=204, headers=_state_headers(uploads, record, current))
+    return web.Response(status=204, headers=await _state_headers(uploads, record, current))
 
 
 async def delete(request: web.Request, upload_id: str) -> web.Response:

@@ -33,10 +33,12 @@ import structlog
 from paddlecloud.common.errors import DomainError, Exists
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.quantity import readable_bytes
+from paddlecloud.common.storage.base import AbstractVolume
+from paddlecloud.common.storage.posix import ChunkWriter, PosixStaging
 from paddlecloud.common.store import Store
-from paddlecloud.common.volume import PfsPath, Volume, check_access, kind
+from paddlecloud.common.volume import PathNotFound, PfsPath, check_access
 
-from . import cephfs, tus
+from . import tus
 from .errors import (
     BadLength,
     BadMetadata,
@@ -56,15 +58,7 @@ from .errors import (
     code_of,
     refusal_for,
 )
-from .fsops import remember_sha256, remembered_sha256, rename_noreplace
-from .staging import (
-    ChunkWriter,
-    Record,
-    Staging,
-    hash_fd,
-    opened,
-)
-from .usage import Usage
+from .records import Record
 
 log = structlog.get_logger()
 
@@ -197,6 +191,28 @@ class _Slot:
 ByteSource = Callable[[], Awaitable[bytes]]
 
 
+# What stops a body before its end: a stall or a newer request (the read deadline), a broken
+# connection, a full disk, the handler's cancellation.
+_STOPS = (TimeoutError, ConnectionError, OSError, asyncio.CancelledError)
+
+
+@dataclass(frozen=True)
+class _Body:
+    """One PATCH body on its way in: for which upload, from which offset, at most how much."""
+
+    source: ByteSource
+    record: Record
+    slot: _Slot
+    start: int
+    room: int
+    checksum: tus.Checksum | None
+
+
+def astuple_shallow(body: _Body) -> tuple[ByteSource, Record, _Slot, int, int, tus.Checksum | None]:
+    """The body's fields, as they are (dataclasses.astuple would copy the record)."""
+    return body.source, body.record, body.slot, body.start, body.room, body.checksum
+
+
 @dataclass(frozen=True)
 class Received:
     """What one PATCH body did: the durable offset after it, and why it stopped early, if it did."""
@@ -245,39 +261,56 @@ class Uploads:
 
     def __init__(
         self,
-        root: Volume,
-        usage: Usage,
+        volume: AbstractVolume,
         store: Store,
         *,
         datacenter: str,
         max_size: int,
         expiry_seconds: float,
         read_timeout: float,
-        quotas: cephfs.CephQuotas | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.root = root
-        self.usage = usage
+        self.volume = volume
         self.store = store
         self.datacenter = datacenter
         self.max_size = max_size
         self.expiry_seconds = expiry_seconds
         self.read_timeout = read_timeout
         self.clock = clock
-        self.quotas = quotas
-        self.staging = Staging(root.root / ".uploads")
+        self.quotas = volume.quotas
+        self.staging = volume.staging
         self._records: dict[str, Record] = {}
+        # The last known offset of each active upload: what `_reserved` counts for a deferred
+        # one without asking the storage (no await between a quota check and its reservation).
+        self._offsets: dict[str, int] = {}
         self._slots: dict[str, _Slot] = {}
         # Running sha256 of each upload received in this process's life: (bytes hashed, hasher).
         self._hashers: dict[str, tuple[int, Any]] = {}
 
     async def load(self) -> None:
-        records = await _blocking(self.staging.load_records)
+        records = []
+        for raw in await self.staging.load_records():
+            try:
+                records.append(Record.from_json(raw))
+            except (ValueError, TypeError) as exc:
+                log.warning("upload_record_unreadable", error=repr(exc))
         self._records = {r.id: r for r in records}
+        for record in records:
+            if record.state == "active":
+                self._offsets[record.id] = await self.staging.part_size(record.id) or 0
         log.info("uploads_loaded", count=len(records))
 
-    def close(self) -> None:
-        self.staging.close()
+    async def _write_record(self, record: Record) -> None:
+        await self.staging.write_record(record.id, record.to_json())
+
+    async def _part_size(self, upload_id: str) -> int | None:
+        """The part's size from the storage, remembered as the upload's offset."""
+        size = await self.staging.part_size(upload_id)
+        if size is None:
+            self._offsets.pop(upload_id, None)
+        else:
+            self._offsets[upload_id] = size
+        return size
 
     # lookup and locking ----------------------------------------------------------
 
@@ -288,17 +321,18 @@ class Uploads:
             raise UploadNotFound(f"There is no upload {upload_id[:40]!r} of yours here.")
         return record
 
-    def expiry(self, record: Record) -> float:
+    async def expiry(self, record: Record) -> float:
         """When an unfinished upload expires: a while after its creation or its last write."""
-        try:
-            last_write = self.staging.stat_part(record.id).st_mtime
-        except FileNotFoundError:
+        last_write = await self.staging.part_mtime(record.id)
+        if last_write is None:
             return record.expires
         return max(record.expires, last_write + self.expiry_seconds)
 
-    def check_alive(self, record: Record) -> None:
+    async def check_alive(self, record: Record) -> None:
         """Refuse an upload that expired or failed (UploadExpired, UploadFailed): start over."""
-        if record.state == "expired" or (record.state == "active" and self.expiry(record) <= self.clock()):
+        if record.state == "expired" or (
+            record.state == "active" and await self.expiry(record) <= self.clock()
+        ):
             raise UploadExpired(f"Upload {record.id} expired; start a new one.")
         if record.state == "failed":
             raise UploadFailed(
@@ -350,7 +384,7 @@ class Uploads:
         overwrite = _flag(metadata, "overwrite")
         dest = PfsPath.parse(path_text, self.datacenter)
         check_access(dest, identity, write=True)
-        await _blocking(self._check_destination, dest, overwrite)
+        await self._check_destination(dest, overwrite)
         charged_to = dest.owner if dest.area == "home" else None
         now = self.clock()
         record = Record(
@@ -371,33 +405,35 @@ class Uploads:
             # other cannot both fit into the same free space.
             await self._check_quota(charged_to, length, exclude=None)
         self._records[record.id] = record
+        self._offsets[record.id] = 0
         try:
-            record.inode = await _blocking(self.staging.create_part, record.id)
-            await _blocking(self.staging.write_record, record)
+            record.inode = await self.staging.create_part(record.id)
+            await self._write_record(record)
         except OSError as exc:
             self._records.pop(record.id, None)
+            self._offsets.pop(record.id, None)
             with contextlib.suppress(OSError):
-                await _blocking(self.staging.remove, record.id, record=True)
+                await self.staging.remove(record.id, record=True)
             if exc.errno in _FULL:
                 raise StorageFull("The filesystem is full; the upload was not created.") from exc
             raise
         log.info("upload_created", upload=record.id, dest=record.path, length=length)
         return record
 
-    def _check_destination(self, dest: PfsPath, overwrite: bool) -> None:
+    async def _check_destination(self, dest: PfsPath, overwrite: bool) -> None:
         if dest.is_area_root:
             raise Conflict(f"{dest}: is a directory; upload to a file beneath it.")
-        if not self.root.area_dir(dest).is_dir():
-            return  # a home is created on its first write
         try:
-            st = self.root.lstat(dest)
+            st = await self.volume.stat(dest)
+        except PathNotFound:
+            return  # a home is created on its first write
         except FileNotFoundError:
             return
         except NotADirectoryError:
             raise Conflict(f"{dest}: a file is in the way of its parent directories.") from None
         except OSError as exc:
             raise refusal_for(exc, dest) from exc
-        if kind(st) == "dir":
+        if st.kind == "dir":
             raise Conflict(f"{dest}: is a directory.")
         if not overwrite:
             raise Exists(
@@ -427,11 +463,11 @@ class Uploads:
     async def _check_quota(self, user: str, requested: int, *, exclude: str | None) -> None:
         account = await self.store.get_user(user)
         limit = account.quota.storage_bytes if account is not None else None
-        if self.quotas is not None and account is not None:
+        if account is not None:
             await self.quotas.sync(user, limit)  # CephFS: the home enforces it for jobs too
         if limit is None:
             return
-        used = (await self.usage.of(user)).bytes
+        used = (await self.volume.usage(user)).bytes
         reserved = self._reserved(user, exclude)
         if used + reserved + requested > limit:
             held = f", {readable_bytes(reserved)} held by unfinished uploads" if reserved else ""
@@ -449,7 +485,7 @@ class Uploads:
         for record in self._records.values():
             if record.charged_to == user and record.state == "active" and record.id != exclude:
                 # A deferred upload holds what it staged so far.
-                staged = record.length if record.length is not None else self.staging.part_size(record.id)
+                staged = record.length if record.length is not None else self._offsets.get(record.id)
                 total += staged or 0
         return total
 
@@ -461,15 +497,15 @@ class Uploads:
         self.lookup(upload_id, identity)  # an unknown id takes no lock
         async with self.hold(upload_id):
             record = self.lookup(upload_id, identity)
-            self.check_alive(record)
+            await self.check_alive(record)
             offset = record.length or 0
             if record.state == "active":
-                size = self.staging.part_size(record.id)
+                size = await self._part_size(record.id)
                 if size is None or size == record.length:
                     try:
                         record = await self.finish(record, identity)
                     except DomainError:
-                        self.check_alive(record)  # the verdict, as this upload's state
+                        await self.check_alive(record)  # the verdict, as this upload's state
                         raise
                 else:
                     offset = size
@@ -491,9 +527,9 @@ class Uploads:
         self.lookup(upload_id, identity)  # an unknown id takes no lock
         async with self.hold(upload_id) as slot:
             record = self.lookup(upload_id, identity)
-            self.check_alive(record)
+            await self.check_alive(record)
             record = await self._patch(body, length, record, identity, slot, offset, checksum, new_length)
-            current = record.length if record.state == "complete" else self.staging.part_size(record.id)
+            current = record.length if record.state == "complete" else await self._part_size(record.id)
         return record, current or 0
 
     async def _patch(
@@ -521,7 +557,7 @@ class Uploads:
                 )
             await _nothing_past_the_end(body, length, record)
             return record
-        current = self.staging.part_size(record.id)
+        current = await self._part_size(record.id)
         if current is None or (record.length is not None and current == record.length):
             # Complete but not finished (a crash, or a full disk at the last step).
             record = await self.finish(record, identity)
@@ -566,7 +602,7 @@ class Uploads:
         if record.charged_to is not None:
             await self._check_quota(record.charged_to, length, exclude=record.id)
         record.length = length
-        await _blocking(self.staging.write_record, record)
+        await self._write_record(record)
 
     async def receive(
         self,
@@ -583,9 +619,21 @@ class Uploads:
         what arrived is kept (unless it was a checksummed chunk, which cannot be verified
         any more) and synced, and the refusal says why.
         """
-        fd = self.staging.open_part(record.id)
+        incoming = _Body(body, record, slot, start, room, checksum)
+        if isinstance(self.staging, PosixStaging) and self.staging.direct:
+            received = await self._receive_direct(self.staging, incoming)
+        else:
+            received = await self._receive_streaming(incoming)
+        self._offsets[record.id] = received.offset
+        return received
+
+    async def _receive_direct(self, staging: PosixStaging, incoming: _Body) -> Received:
+        """`receive` on a POSIX staging file, through its descriptor: written as it arrives,
+        read back from the page cache to be hashed in threads, fdatasynced as it goes."""
+        body, record, slot, start, room, checksum = astuple_shallow(incoming)
+        fd = staging.open_part(record.id)
         try:
-            writer = self.staging.writer(record.id, fd, start, verify=checksum is not None)
+            writer = staging.writer(record.id, fd, start, verify=checksum is not None)
             syncer = _Syncer(writer.fd)
             whole = self._running_hash(record.id, start)
             saved = whole.copy() if whole is not None and checksum is not None else None
@@ -614,30 +662,8 @@ class Uploads:
                         await self._pump(body, writer, syncer, hashing, room, scope)
                     finally:
                         slot.on_stop = None
-            except TimeoutError:
-                if stopped:
-                    refusal = UploadInterrupted(
-                        f"A newer request on upload {record.id} took over; what arrived was kept."
-                    )
-                else:
-                    refusal = BodyStalled(
-                        f"The body stalled for {self.read_timeout:g} s; what arrived was kept. "
-                        "HEAD, then resume."
-                    )
-            except ConnectionError:
-                refusal = UploadInterrupted("The connection broke mid-body; what arrived was kept.")
-            except asyncio.CancelledError as exc:
-                # The handler itself is cancelled: a server that cancels handlers of gone
-                # clients, or shutdown. Keep and sync what arrived all the same, then go on.
-                cancelled = exc
-                refusal = UploadInterrupted("The request was cancelled; what arrived was kept.")
-            except OSError as exc:
-                if exc.errno not in _FULL:
-                    raise
-                refusal = StorageFull(
-                    "The filesystem is full. What was written before is kept: HEAD the upload and "
-                    "resume once there is room."
-                )
+            except _STOPS as exc:
+                refusal, cancelled = self._interruption(exc, record, stopped)
             synced = time.perf_counter()
             refusal, whole = await self._settle(
                 fd, writer, syncer, hashing, checksum, chunk, start, refusal, whole, saved
@@ -646,6 +672,49 @@ class Uploads:
             sync_ms = round((time.perf_counter() - synced) * 1000, 1)
         finally:
             os.close(fd)
+        return self._received(record, start, offset, refusal, whole, cancelled, sync_ms=sync_ms)
+
+    def _interruption(
+        self, exc: BaseException, record: Record, stopped: bool
+    ) -> tuple[DomainError, asyncio.CancelledError | None]:
+        """Why a body stopped before its end, as the refusal that answers it (what arrived is
+        kept), and the cancellation to raise once that is settled.
+
+        A cancelled handler (a server that cancels handlers of gone clients, or shutdown)
+        keeps and syncs what arrived all the same; the caller raises the cancellation after."""
+        if isinstance(exc, asyncio.CancelledError):
+            return UploadInterrupted("The request was cancelled; what arrived was kept."), exc
+        return self._stopped_by(exc, record, stopped), None
+
+    def _stopped_by(self, exc: BaseException, record: Record, stopped: bool) -> DomainError:
+        if isinstance(exc, TimeoutError):
+            if stopped:
+                return UploadInterrupted(
+                    f"A newer request on upload {record.id} took over; what arrived was kept."
+                )
+            return BodyStalled(
+                f"The body stalled for {self.read_timeout:g} s; what arrived was kept. HEAD, then resume."
+            )
+        if isinstance(exc, ConnectionError):
+            return UploadInterrupted("The connection broke mid-body; what arrived was kept.")
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            return StorageFull(
+                "The filesystem is full. What was written before is kept: HEAD the upload and "
+                "resume once there is room."
+            )
+        raise exc
+
+    def _received(
+        self,
+        record: Record,
+        start: int,
+        offset: int,
+        refusal: DomainError | None,
+        whole: Any,
+        cancelled: asyncio.CancelledError | None,
+        **measured: Any,
+    ) -> Received:
+        """What one body did, remembered (the running hash) and logged; a cancellation raised on."""
         if whole is not None:
             self._hashers[record.id] = (offset, whole)
         else:
@@ -655,12 +724,78 @@ class Uploads:
             upload=record.id,
             start=start,
             offset=offset,
-            sync_ms=sync_ms,
+            **measured,
             stopped=None if refusal is None else code_of(refusal),
         )
         if cancelled is not None:
             raise cancelled
         return Received(offset, refusal)
+
+    async def _receive_streaming(self, incoming: _Body) -> Received:
+        """`receive` on a staging that appends what it is given (`Staging.append`): the body's
+        pieces go to it as they arrive, hashed here in the loop. A checksummed chunk that does
+        not match, or that was cut short, is truncated back to `start`."""
+        body, record, slot, start, room, checksum = astuple_shallow(incoming)
+        whole = self._running_hash(record.id, start)
+        saved = whole.copy() if whole is not None and checksum is not None else None
+        chunk = checksum.hasher() if checksum is not None else None
+        loop = asyncio.get_running_loop()
+        refusal: DomainError | None = None
+        cancelled: asyncio.CancelledError | None = None
+        stopped = False
+        reading: asyncio.Timeout | None = None
+        hashed = 0
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            if reading is not None:
+                reading.reschedule(loop.time())
+
+        async def pieces() -> AsyncIterator[bytes]:
+            # The deadline covers each read of the body only: never the storage's own writes,
+            # which a timeout must not cut half-way.
+            nonlocal reading, hashed
+            left = room
+            while left > 0:
+                async with asyncio.timeout(self.read_timeout) as scope:
+                    reading = scope
+                    try:
+                        if stopped:
+                            stop()
+                        piece = await body()
+                    finally:
+                        reading = None
+                if not piece:
+                    return
+                piece = piece[:left]  # the rest is past the upload's end: never read on
+                left -= len(piece)
+                for digest in (chunk, whole):
+                    if digest is not None:
+                        digest.update(piece)
+                hashed += len(piece)
+                yield piece
+
+        slot.on_stop = stop
+        stopped = slot.stop_requested
+        try:
+            try:
+                offset = await self.staging.append(record.id, start, pieces())
+            finally:
+                slot.on_stop = None
+        except _STOPS as exc:
+            refusal, cancelled = self._interruption(exc, record, stopped)
+        if refusal is not None:
+            offset = await self.staging.part_size(record.id) or start
+        if checksum is not None:
+            refusal = refusal or _mismatch(checksum, chunk, start)
+            if refusal is not None and offset != start:
+                # An interrupted checksummed chunk cannot be verified: it goes too.
+                await self.staging.truncate(record.id, start)
+                offset, whole, hashed = start, saved, 0
+        if whole is not None and offset != start + hashed:
+            whole = None  # the storage kept another amount than was hashed: hash it back at the end
+        return self._received(record, start, offset, refusal, whole, cancelled)
 
     async def _settle(
         self,
@@ -691,12 +826,7 @@ class Uploads:
                 await hashing.finish()
             discarded = False
             if checksum is not None:
-                if refusal is None and chunk is not None and chunk.digest() != checksum.digest:
-                    refusal = ChecksumMismatch(
-                        f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
-                        f"discarded and the upload stays at offset {start}.",
-                        offset=start,
-                    )
+                refusal = refusal or _mismatch(checksum, chunk, start)
                 if refusal is not None:
                     writer.discard()
                     whole = saved
@@ -768,7 +898,7 @@ class Uploads:
         allowed) fails it for good and discards its data; a full disk or an I/O error
         leaves it complete-but-unfinished, for the next HEAD or PATCH to finish.
         """
-        size = self.staging.part_size(record.id)
+        size = await self._part_size(record.id)
         if size is None:
             return await self._recover_placed(record)
         assert record.length is not None and size == record.length
@@ -776,7 +906,7 @@ class Uploads:
         if known is not None and known[0] == size:
             digest = known[1].hexdigest()
         else:
-            digest = await _blocking(self.staging.hash_part, record.id)
+            digest = await self.staging.hash_part(record.id)
         if record.sha256 is not None and digest != record.sha256:
             refusal = ChecksumMismatch(
                 f"The file's sha256 is {digest}, not the {record.sha256} the upload declared; "
@@ -789,7 +919,7 @@ class Uploads:
         try:
             dest = PfsPath.parse(record.path, self.datacenter)
             check_access(dest, identity, write=True)
-            await _blocking(self._place, record, dest, digest)
+            await self._place(record, dest, digest)
         except DomainError as refusal:
             # A full disk or quota is no verdict on the upload: the next HEAD or PATCH finishes it.
             if not isinstance(refusal, StorageFull):
@@ -797,50 +927,10 @@ class Uploads:
             raise
         return await self._mark_complete(record, digest)
 
-    def _place(self, record: Record, dest: PfsPath, digest: str) -> None:
-        """Create the parents, then rename the staging file to its destination and sync."""
+    async def _place(self, record: Record, dest: PfsPath, digest: str) -> None:
+        """Move the complete part to its destination (`Staging.place`), its failures as refusals."""
         try:
-            if dest.area == "home" and dest.owner is not None:
-                self.root.ensure_home(dest.owner)
-            self._make_parents(dest)
-            with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
-                part = f"{record.id}.part"
-                with opened(os.open(part, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.staging.dir_fd)) as fd:
-                    # Staged owner-only; placed readable, and owned like its home.
-                    os.fchmod(fd, 0o644)
-                    owner = self.root.area_owner(dest)
-                    if owner is not None:
-                        os.fchown(fd, *owner)
-                    # Before the rename: it keeps the xattr and the mtime the xattr names.
-                    remember_sha256(fd, digest)
-                    os.fsync(fd)
-                # CephFS: a home with a quota is a realm of its own. ceph-fuse refuses a
-                # rename into it (EXDEV), and the hard link rename_noreplace falls back on
-                # (FUSE takes no RENAME_NOREPLACE) would slip past the quota: copy instead.
-                by_copy = self.quotas is not None and self.quotas.has_quota(dest.owner)
-                try:
-                    if by_copy:
-                        pass  # straight to the copy below
-                    elif record.overwrite:
-                        os.rename(part, dest.name, src_dir_fd=self.staging.dir_fd, dst_dir_fd=dir_fd)
-                    else:
-                        rename_noreplace(self.staging.dir_fd, part, dir_fd, dest.name)
-                except OSError as exc:
-                    if exc.errno != errno.EXDEV:
-                        raise
-                    by_copy = True  # another filesystem or realm, wherever that happens
-                if by_copy:
-                    cephfs.place_by_copy(
-                        self.staging.dir_fd,
-                        part,
-                        dir_fd,
-                        dest.name,
-                        marker=record.id,
-                        digest=digest,
-                        overwrite=record.overwrite,
-                        owner=owner,
-                    )
-                os.fsync(dir_fd)
+            await self.staging.place(record.id, dest, digest=digest, overwrite=record.overwrite)
         except FileExistsError:
             raise Exists(
                 f"{dest}: appeared while uploading; upload again with overwrite to replace it."
@@ -851,37 +941,40 @@ class Uploads:
             ) from None
         except OSError as exc:
             if exc.errno == errno.EDQUOT:
-                raise cephfs.over_quota(self.root.area_dir(dest), record.length or 0, str(dest)) from exc
+                raise await self._over_quota(dest, record.length or 0) from exc
             raise refusal_for(exc, dest) from exc
 
-    def _make_parents(self, dest: PfsPath) -> None:
-        """`mkdir -p` of the destination's parents, each resolved beneath its area."""
-        for depth in range(1, len(dest.parts)):
-            sub = PfsPath(dest.datacenter, dest.area, dest.owner, dest.parts[:depth])
-            with self.root.parent_fd(sub) as (fd, name):
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
-                    self.root.adopt(sub, fd, name)
+    async def _over_quota(self, dest: PfsPath, requested: int) -> StorageFull:
+        """The refusal (507) of a write the storage refused with EDQUOT, with the home's figures."""
+        user = dest.owner if dest.area == "home" and dest.owner is not None else dest.area
+        used: int | None = None
+        limit: int | None = None
+        with contextlib.suppress(OSError, DomainError):
+            if dest.owner is not None:
+                self.volume.forget_usage(dest.owner)
+                used = (await self.volume.usage(dest.owner)).bytes
+                account = await self.store.get_user(dest.owner)
+                limit = account.quota.storage_bytes if account is not None else None
+        shown = {
+            key: "unknown" if value is None else readable_bytes(value)
+            for key, value in (("used", used), ("limit", limit))
+        }
+        return StorageFull(
+            f"{dest}: the storage quota of {user} is used up ({shown['used']} of {shown['limit']}, "
+            f"{readable_bytes(requested)} more requested); nothing was placed, and what was received "
+            "is kept.",
+            requested=requested,
+            used=used,
+            limit=limit,
+        )
 
     async def _recover_placed(self, record: Record) -> Record:
         """The staging file is gone: if it is at its destination, the rename happened before a crash."""
-
-        def placed_sha256() -> str | None:
+        try:
             dest = PfsPath.parse(record.path, self.datacenter)
-            try:
-                with opened(self.root.open(dest, os.O_RDONLY | os.O_NOFOLLOW)) as fd:
-                    st = os.fstat(fd)
-                    ours = st.st_ino == record.inode or cephfs.placed_by(fd) == record.id
-                    if not ours or st.st_size != record.length:
-                        return None
-                    digest = remembered_sha256(fd) or hash_fd(fd)
-                with opened(self.root.open(dest.parent(), os.O_RDONLY | os.O_DIRECTORY)) as dir_fd:
-                    os.fsync(dir_fd)
-                return digest
-            except (OSError, DomainError):
-                return None
-
-        digest = await _blocking(placed_sha256)
+            digest = await self.staging.placed(record.id, record.inode, dest, record.length or 0)
+        except (OSError, DomainError):
+            digest = None
         if digest is None:
             refusal = UploadFailed(f"Upload {record.id}'s data is gone; start again.")
             await self._fail(record, refusal)
@@ -892,12 +985,12 @@ class Uploads:
         record.state = "complete"
         record.result_sha256 = digest
         record.expires = self.clock() + self.expiry_seconds
-        await _blocking(self.staging.write_record, record)
+        await self._write_record(record)
         self._hashers.pop(record.id, None)
+        self._offsets.pop(record.id, None)
         if record.charged_to is not None:
-            self.usage.forget(record.charged_to)
-            if self.quotas is not None:
-                await self.quotas.settle(record.charged_to)  # the home may be new
+            self.volume.forget_usage(record.charged_to)
+            await self.quotas.settle(record.charged_to)  # the home may be new
         log.info("upload_completed", upload=record.id, dest=record.path, size=record.length)
         return record
 
@@ -906,8 +999,9 @@ class Uploads:
         record.error = {"code": code_of(refusal), "detail": refusal.message}
         record.expires = self.clock() + self.expiry_seconds
         self._hashers.pop(record.id, None)
-        await _blocking(self.staging.write_record, record)
-        await _blocking(self.staging.remove, record.id, record=False)
+        self._offsets.pop(record.id, None)
+        await self._write_record(record)
+        await self.staging.remove(record.id, record=False)
         log.info("upload_failed", upload=record.id, code=code_of(refusal))
 
     # termination and expiry ------------------------------------------------------
@@ -922,7 +1016,8 @@ class Uploads:
         """Forget the upload and its staging data (a finished file stays where it is)."""
         self._records.pop(record.id, None)
         self._hashers.pop(record.id, None)
-        await _blocking(self.staging.remove, record.id, record=True)
+        self._offsets.pop(record.id, None)
+        await self.staging.remove(record.id, record=True)
         log.info("upload_terminated", upload=record.id, state=record.state)
 
     async def forget_user(self, user: str) -> int:
@@ -946,24 +1041,25 @@ class Uploads:
             if record.id in self._slots:
                 continue
             if record.state == "active":
-                if self.expiry(record) > now:
+                if await self.expiry(record) > now:
                     continue
                 async with self.hold(record.id):
                     record.state = "expired"
                     record.expires = now + self.expiry_seconds
                     self._hashers.pop(record.id, None)
-                    await _blocking(self.staging.write_record, record)
-                    await _blocking(self.staging.remove, record.id, record=False)
+                    self._offsets.pop(record.id, None)
+                    await self._write_record(record)
+                    await self.staging.remove(record.id, record=False)
                 log.info("upload_expired", upload=record.id)
             elif record.expires <= now:
                 async with self.hold(record.id):
                     self._records.pop(record.id, None)
-                    await _blocking(self.staging.remove, record.id, record=True)
+                    await self.staging.remove(record.id, record=True)
             else:
                 continue
             touched += 1
-        for name in await _blocking(self.staging.orphans, set(self._records), now - self.expiry_seconds):
-            self.staging.unlink(name)
+        for name in await self.staging.orphans(set(self._records), now - self.expiry_seconds):
+            await self.staging.unlink(name)
             touched += 1
         if touched:
             log.info("uploads_collected", count=touched)
@@ -978,6 +1074,17 @@ async def _nothing_past_the_end(body: ByteSource, length: int | None, record: Re
     raise UploadTooLarge(
         f"Upload {record.id} is complete at {record.length} bytes: the body goes past its end "
         "(0 bytes left); nothing was written."
+    )
+
+
+def _mismatch(checksum: tus.Checksum, chunk: Any, start: int) -> ChecksumMismatch | None:
+    """The refusal of a chunk whose digest is not the one its Upload-Checksum named."""
+    if chunk is None or chunk.digest() == checksum.digest:
+        return None
+    return ChecksumMismatch(
+        f"The chunk's {checksum.algorithm} does not match Upload-Checksum; it was "
+        f"discarded and the upload stays at offset {start}.",
+        offset=start,
     )
 
 

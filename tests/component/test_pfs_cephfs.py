@@ -56,9 +56,9 @@ from test_pfs_uploads import (
 )
 
 from ceph_cluster import CephCluster
-from paddlecloud.pfs import cephfs, usage
+from paddlecloud.common.storage import cephfs, posix
 from paddlecloud.pfs.app import QUOTA_TASK
-from paddlecloud.pfs.keys import QUOTAS, USAGE
+from paddlecloud.pfs.keys import QUOTAS, VOLUME
 from support import wait_until
 
 pytestmark = pytest.mark.cephfs
@@ -137,10 +137,10 @@ async def test_usage_reads_recursive_statistics_without_walking(
         (home / f"d{i % 3}" / f"e{i % 5}" / f"f{i}").write_bytes(b"x" * (i + 1))
     expected = {"bytes": sum(range(1, 31)), "files": 30}
 
-    def no_walk(_fd: int) -> usage.HomeUsage:
+    def no_walk(_fd: int) -> posix.HomeUsage:
         raise AssertionError("usage walked the tree on CephFS")
 
-    monkeypatch.setattr(usage, "_walk", no_walk)
+    monkeypatch.setattr(posix, "_walk_allocated", no_walk)
     assert await wait_until_usage(platform, alice, expected)
 
 
@@ -148,7 +148,7 @@ async def wait_until_usage(platform: Platform, who: dict[str, str], expected: di
     """The MDS propagates recursive statistics lazily: wait for them, never for a time."""
     deadline = asyncio.get_running_loop().time() + 120  # a bound, not a timing
     while True:
-        platform.pfs_server[0].app[USAGE].forget("alice")
+        platform.pfs_server[0].app[VOLUME].forget_usage("alice")
         got = await usage_of(platform, who)
         if {k: got[k] for k in expected} == expected:
             return True

@@ -27,14 +27,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
 from paddlecloud.common.quantity import readable_bytes
+from paddlecloud.common.storage.fsops import SHA256_XATTR
+from paddlecloud.common.storage.posix import PosixStaging
 from paddlecloud.common.store import Quota, Store, Token, User, open_store
 from paddlecloud.common.store.models import utcnow
 from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.pfs.app import create_app as create_pfs
-from paddlecloud.pfs.fsops import SHA256_XATTR
 from paddlecloud.pfs.keys import UPLOADS
-from paddlecloud.pfs.staging import Staging
 from paddlecloud.pfs.uploads import Uploads
 from support import free_port, make_config
 
@@ -939,21 +939,21 @@ async def test_a_full_disk_is_507_and_what_was_stored_stays_resumable(make_platf
 # The append-only staging that a mount without truncate (HDFS) uses ---------------
 
 
-def test_staged_chunks_are_appended_only_once_verified(tmp_path: Path) -> None:
-    staging = Staging(tmp_path, can_truncate=False)
+async def test_staged_chunks_are_appended_only_once_verified(tmp_path: Path) -> None:
+    staging = PosixStaging(tmp_path, can_truncate=False)
     try:
-        staging.create_part("u")
+        await staging.create_part("u")
         fd = staging.open_part("u")
         try:
             writer = staging.writer("u", fd, 0, verify=True)
             writer.write(b"good")
-            assert staging.part_size("u") == 0  # not before it verified
+            assert await staging.part_size("u") == 0  # not before it verified
             writer.commit()
-            assert staging.part_size("u") == 4
+            assert await staging.part_size("u") == 4
             writer = staging.writer("u", fd, 4, verify=True)
             writer.write(b"bad")
             writer.discard()
-            assert staging.part_size("u") == 4
+            assert await staging.part_size("u") == 4
             assert sorted(os.listdir(tmp_path)) == ["u.part"]
             # Unverified chunks go straight on, as everywhere.
             staging.writer("u", fd, 4, verify=False).write(b"more")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import ceph_cluster
-from paddlecloud.pfs import cephfs
+from paddlecloud.common.storage import cephfs
 
 
 def test_a_local_filesystem_is_not_cephfs_and_has_no_rstats_or_quota(tmp_path: Path) -> None:

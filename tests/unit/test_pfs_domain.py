@@ -12,14 +12,14 @@ import pytest
 
 from paddlecloud.common.errors import DomainError, Exists, ProblemError, problem_for_domain
 from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.storage.cephfs import CephQuotas
+from paddlecloud.common.storage.posix import PosixVolume
 from paddlecloud.common.store import Store, open_store
-from paddlecloud.common.volume import BadPath, PathForbidden, PathNotFound, PfsPath, Volume
+from paddlecloud.common.volume import BadPath, PathForbidden, PathNotFound, PfsPath
 from paddlecloud.pfs import tus
-from paddlecloud.pfs.cephfs import CephQuotas
 from paddlecloud.pfs.errors import PROBLEMS, BadMetadata, UploadNotFound
-from paddlecloud.pfs.files import Files, make_dirs
+from paddlecloud.pfs.files import Files
 from paddlecloud.pfs.uploads import Uploads
-from paddlecloud.pfs.usage import Usage
 
 DC = "dc1"
 ALICE = Identity("alice")
@@ -34,16 +34,17 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Volume:
-    root = Volume(tmp_path / "pfs")
-    root.ensure_home("alice")
+async def root(tmp_path: Path) -> AsyncIterator[PosixVolume]:
+    root = PosixVolume(tmp_path / "pfs", quotas=CephQuotas(tmp_path / "pfs", enabled=False))
+    await root.ensure_home("alice")
     (tmp_path / "pfs" / "home" / "alice" / "data").mkdir()
-    return root
+    yield root
+    await root.close()
 
 
 @pytest.fixture
-def files(root: Volume, store: Store) -> Files:
-    return Files(root, Usage(root), CephQuotas(root.root, enabled=False), store, datacenter=DC)
+def files(root: PosixVolume, store: Store) -> Files:
+    return Files(root, store, datacenter=DC)
 
 
 def shown(refusal: DomainError) -> tuple[int, str, str]:
@@ -88,27 +89,22 @@ async def test_files_refuse_bad_and_missing_paths_as_domain_errors(files: Files)
     assert await files.listing(Identity("carol"), nobody, False) == []
 
 
-async def test_file_operations_refuse_as_domain_errors(root: Volume) -> None:
+async def test_file_operations_refuse_as_domain_errors(files: Files) -> None:
     data = PfsPath(DC, "home", "alice", ("data",))
-    exists = await refused(lambda: make_dirs(root, data, False))
+    exists = await refused(lambda: files.mkdir(data, parents=False))
     assert isinstance(exists, Exists)
     assert shown(exists) == (409, "ERR_ALREADY_EXISTS", "/pfs/dc1/home/alice/data: already exists")
 
 
-async def test_uploads_refuse_as_domain_errors(root: Volume, store: Store) -> None:
-    uploads = Uploads(
-        root, Usage(root), store, datacenter=DC, max_size=1 << 20, expiry_seconds=60, read_timeout=5
-    )
-    try:
-        gone = await refused(lambda: uploads.lookup("A" * 32, ALICE))
-        assert isinstance(gone, UploadNotFound)
-        assert shown(gone)[:2] == (404, "ERR_UPLOAD_NOT_FOUND")
+async def test_uploads_refuse_as_domain_errors(root: PosixVolume, store: Store) -> None:
+    uploads = Uploads(root, store, datacenter=DC, max_size=1 << 20, expiry_seconds=60, read_timeout=5)
+    gone = await refused(lambda: uploads.lookup("A" * 32, ALICE))
+    assert isinstance(gone, UploadNotFound)
+    assert shown(gone)[:2] == (404, "ERR_UPLOAD_NOT_FOUND")
 
-        unnamed = await refused(lambda: uploads.create(ALICE, 3, tus.Metadata(())))
-        assert isinstance(unnamed, BadMetadata)
-        assert shown(unnamed)[:2] == (400, "ERR_BAD_METADATA")
+    unnamed = await refused(lambda: uploads.create(ALICE, 3, tus.Metadata(())))
+    assert isinstance(unnamed, BadMetadata)
+    assert shown(unnamed)[:2] == (400, "ERR_BAD_METADATA")
 
-        outside = tus.parse_metadata("path L3Bmcy9kYzEvaG9tZS9hbGljZS8uLi94")  # /pfs/dc1/home/alice/../x
-        assert isinstance(await refused(lambda: uploads.create(ALICE, 3, outside)), BadPath)
-    finally:
-        uploads.close()
+    outside = tus.parse_metadata("path L3Bmcy9kYzEvaG9tZS9hbGljZS8uLi94")  # /pfs/dc1/home/alice/../x
+    assert isinstance(await refused(lambda: uploads.create(ALICE, 3, outside)), BadPath)

@@ -99,7 +99,7 @@ def test_missing_home_is_not_found(root: Root) -> None:
 
 @pytest.mark.usefixtures("remove_tmp_path_after")
 def test_usage_walks_deep_trees_and_ignores_symlinks(tmp_path) -> None:
-    from paddlecloud.pfs.usage import Usage
+    from paddlecloud.common.storage.posix import Usage
 
     root = Root(tmp_path / "pfs")
     root.ensure_home("deep")

@@ -200,7 +200,7 @@ class ReadVolume(abc.ABC):
         finally:
             await download.close()
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (optional: a volume that holds nothing has nothing to do)
         """Let go of what the volume holds (descriptors, HTTP sessions)."""
 
 

@@ -1,11 +1,11 @@
-"""What CephFS offers pfs beyond POSIX: per-home quotas, recursive statistics, renames across realms.
+"""What CephFS offers a POSIX volume: per-home quotas, recursive statistics, renames across realms.
 
 - A user's storage quota is also the `ceph.quota.max_bytes` xattr on their home, so that
   their jobs (which write into the home directly, not through pfs) are held to it too.
   The store stays the truth: `CephQuotas` makes each home's xattr match it, whenever pfs
   consults a quota and every QUOTA_SYNC_SECONDS for every user.
 - `ceph.dir.rbytes` and `ceph.dir.rfiles` give a home's bytes and files at once, however
-  many files it holds, where other filesystems need a walk (usage.py falls back to one).
+  many files it holds, where other filesystems need a walk (posix.Usage falls back to one).
 - A directory with a quota is a quota realm of its own, and ceph-fuse refuses a rename
   into it from outside (EXDEV); staging lives outside every home, so a finished upload is
   then copied into a temporary file beside its destination and renamed within the realm.
@@ -23,11 +23,9 @@ from pathlib import Path
 
 import structlog
 
-from paddlecloud.common.quantity import readable_bytes
-from paddlecloud.common.store import Store
-from paddlecloud.common.volume import check_name
-
-from .errors import StorageFull
+from ..store import Store
+from ..volume import check_name
+from .base import Quotas
 from .fsops import remember_sha256, rename_noreplace
 
 log = structlog.get_logger()
@@ -92,30 +90,6 @@ def set_quota(dir_fd: int, limit: int | None) -> None:
         os.setxattr(dir_fd, QUOTA_MAX_BYTES, b"0")  # CephFS's way of removing a quota
     else:
         os.setxattr(dir_fd, QUOTA_MAX_BYTES, str(limit).encode())
-
-
-def _readable(size: int | None) -> str:
-    return "unknown" if size is None else readable_bytes(size)
-
-
-def over_quota(home: Path, requested: int, what: str) -> StorageFull:
-    """The refusal (507) of a write CephFS refused with EDQUOT, with the home's figures as Ceph sees them."""
-    used, limit = None, None
-    with contextlib.suppress(OSError):
-        fd = os.open(home, _DIR_FLAGS)
-        try:
-            stats = rstats(fd)
-            used = stats[0] if stats is not None else None
-            limit = quota_of(fd)
-        finally:
-            os.close(fd)
-    return StorageFull(
-        f"{what}: the storage quota of {home.name} is used up ({_readable(used)} of {_readable(limit)}, "
-        f"{readable_bytes(requested)} more requested); nothing was placed, and what was received is kept.",
-        requested=requested,
-        used=used,
-        limit=limit,
-    )
 
 
 def place_by_copy(
@@ -202,7 +176,7 @@ def _copy(src: int, dst: int) -> None:
         offset += len(block)
 
 
-class CephQuotas:
+class CephQuotas(Quotas):
     """Keeps every home's `ceph.quota.max_bytes` equal to its user's storage quota in the store.
 
     Does nothing where the root is not on CephFS. Remembers what it applied, so a quota that

@@ -1,4 +1,4 @@
-"""Filesystem operations the pfs endpoints and the uploads share: renameat2 and the sha256 xattr."""
+"""POSIX file operations a volume and its staging share: renameat2 NOREPLACE and the sha256 xattr."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import re
 import stat
 
-from paddlecloud.common.beneath import load_libc
+from ..beneath import load_libc
 
 # A file's sha256 is remembered with the size and mtime it describes, so a later stat
 # (or an upload's completion after a restart) need not read the file again.
