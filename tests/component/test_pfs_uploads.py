@@ -150,8 +150,14 @@ async def problem(resp: aiohttp.ClientResponse, status: int, code: str) -> dict[
 
 
 @pytest.fixture
-async def make_platform(tmp_path, aiohttp_server, aiohttp_client) -> AsyncIterator[Callable[..., Any]]:
+async def make_platform(
+    tmp_path, aiohttp_server, aiohttp_client, request: pytest.FixtureRequest
+) -> AsyncIterator[Callable[..., Any]]:
     stores: list[Store] = []
+    # A module that runs these tests again on another volume names its class (PFS_VOLUME): a
+    # new one per start of pfs, as a process of its own would open.
+    volume_kind = getattr(request.module, "PFS_VOLUME", None)
+    volumes: list[Any] = []
 
     async def make(root: Path | None = None, **pfs: Any) -> Platform:
         pfs_section = {"datacenter": "dc1", "upload_expiry_seconds": EXPIRY, **pfs}
@@ -165,7 +171,10 @@ async def make_platform(tmp_path, aiohttp_server, aiohttp_client) -> AsyncIterat
         port = free_port()
 
         async def start_pfs() -> None:
-            servers[:] = [await aiohttp_server(create_pfs(base, store=store), port=port)]
+            volume = None if volume_kind is None else volume_kind(base.pfs.root.expanduser().resolve())
+            if volume is not None:
+                volumes.append(volume)
+            servers[:] = [await aiohttp_server(create_pfs(base, store=store, volume=volume), port=port)]
 
         async def restart_pfs() -> None:
             await servers[0].close()
@@ -188,6 +197,8 @@ async def make_platform(tmp_path, aiohttp_server, aiohttp_client) -> AsyncIterat
     yield make
     for store in stores:
         await store.close()
+    for volume in volumes:
+        await volume.close()
 
 
 @pytest.fixture
