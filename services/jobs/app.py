@@ -11,6 +11,7 @@ from aiohttp import web
 from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
 from paddlecloud.common.keys import READINESS_CHECKS
+from paddlecloud.common.storage import open_storage
 from paddlecloud.common.store import Store
 from paddlecloud.common.volume import open_volume
 from paddlecloud.common.web import create_base_app, use_store
@@ -39,11 +40,13 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
 def _resources(config: Config, given_store: Store | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         async with use_store(app, config, given_store) as store:
-            # The jobs service reads PFS directly: packages to check and run, usage for quota.
+            # The jobs service reads PFS directly: packages to check, through the datacenter's
+            # storage; the local backend launches from the POSIX root on this machine.
+            volume = open_storage(config)
             root = open_volume(config)
             backend = create_backend(config, root, store)
             builder, pfs = BuilderClient(config), PfsClient(config)
-            manager = JobManager(config, store, backend, root, builder, pfs)
+            manager = JobManager(config, store, backend, volume, builder, pfs)
             app[MANAGER] = manager
             leadership = app[LEADERSHIP]
             try:
@@ -59,6 +62,7 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             finally:
                 await builder.close()
                 await pfs.close()
+                await volume.close()
 
     return ctx
 

@@ -183,9 +183,7 @@ class Builds:
             return None
         owner = Identity(current.owner)
         try:
-            requirements = await asyncio.to_thread(
-                self._packages.requirements, launch.package, launch.package_kind
-            )
+            requirements = await self._packages.requirements(launch.package, launch.package_kind)
             if requirements is None:
                 raise Invalid(f"its {REQUIREMENTS} is gone", field="package")
             build = await self._builder.request_build(

@@ -25,9 +25,9 @@ from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
 from paddlecloud.common.errors import BadCursor, NotFound
 from paddlecloud.common.internal_auth import Identity
+from paddlecloud.common.storage.base import ReadVolume
 from paddlecloud.common.store import Job, Registry, Store, StoreError
 from paddlecloud.common.store.models import ACTIVE_STATES, TERMINAL_STATES, JobEvent, utcnow
-from paddlecloud.common.volume import Root
 
 from .backend import Backend, LogLine, LogQuery, WorkerInfo
 from .builds import BUILD, Builds
@@ -51,7 +51,7 @@ class JobManager:
         config: Config,
         store: Store,
         backend: Backend,
-        root: Root,
+        volume: ReadVolume,
         builder: BuilderClient,
         pfs: PfsClient,
     ) -> None:
@@ -59,7 +59,7 @@ class JobManager:
         self._store = store
         self._backend = backend
         self._records = JobRecords(store)
-        packages = Packages(root)
+        packages = Packages(volume)
         self._quotas = Quotas(store, self._records, backend, pfs)
         self._reconciler = Reconciler(config, self._records, backend, packages)
         self._builds = Builds(config, builder, backend, self._records, packages, self._reconciler.start)

@@ -1,52 +1,56 @@
 """What the jobs service reads of a job's files on PFS: that a path exists, the package's
-kind, its requirements.txt. The first half of a PFS seam: `Packages` is the one place
-that reads the datacenter's disk for a submit, so a backend whose PFS is not a POSIX
-disk has one class to give another implementation of.
+kind, its requirements.txt. `Packages` is the one place that reads the datacenter's storage
+for a submit, through `ReadVolume` (common/storage/base.py): a POSIX root or HDFS alike.
 """
 
 from __future__ import annotations
 
-import os
-import stat
+import asyncio
+import io
 import tarfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 from paddlecloud.common import errors
 from paddlecloud.common.errors import Invalid
-from paddlecloud.common.volume import PfsPath, Root
+from paddlecloud.common.storage.base import Download, Kind, ReadVolume
+from paddlecloud.common.volume import PfsPath
 
 from .errors import PackageNotFound
 
 REQUIREMENTS = "requirements.txt"
 MAX_REQUIREMENTS = 64 * 1024
 ARCHIVE_SUFFIXES = {".tar.gz": "tar", ".tgz": "tar", ".tar": "tar", ".zip": "zip"}
+# How much an archive is read at a time when looking into it: one ranged read of the storage each.
+ARCHIVE_READ = 1024 * 1024
 
 
 class Packages:
-    """Job packages and paths on a datacenter's root, read beneath each area by the kernel.
-    Blocking: callers run these in a thread."""
+    """Job packages and paths on a datacenter's storage, read beneath each area (a POSIX
+    root: by the kernel, following no symlink out of it)."""
 
-    def __init__(self, root: Root) -> None:
-        self._root = root
+    def __init__(self, volume: ReadVolume) -> None:
+        self._volume = volume
 
-    def must_exist(self, field: str, path: PfsPath) -> os.stat_result:
-        """What is at `path`; Invalid, naming `field`, if nothing is (or a symlink leads out)."""
+    async def must_exist(self, field: str, path: PfsPath) -> Kind:
+        """What kind of thing is at `path`; Invalid, naming `field`, if nothing is (or a symlink
+        leads out)."""
         try:
-            fd = self._root.open(path, os.O_PATH | os.O_CLOEXEC)
+            download = await self._volume.open(path)
         except PermissionError:
             raise Invalid(f"{path} leads outside its area through a symlink", field=field) from None
-        except (FileNotFoundError, NotADirectoryError, errors.ProblemError):
+        except (FileNotFoundError, NotADirectoryError, errors.ProblemError, errors.DomainError):
             raise Invalid(f"{path} does not exist on PFS", field=field) from None
-        try:
-            return os.fstat(fd)
-        finally:
-            os.close(fd)
+        if download is None:
+            return "dir"
+        await download.close()
+        return download.stat.kind
 
-    def kind(self, path: PfsPath) -> str:
+    async def kind(self, path: PfsPath) -> str:
         """The package's kind (dir, tar or zip); PackageNotFound or Invalid if it is missing or neither."""
         try:
-            st = self.must_exist("package", path)
+            found = await self.must_exist("package", path)
         except Invalid:
             # One line a person reads: where it was looked for, and the first two things to try.
             raise PackageNotFound(
@@ -54,17 +58,17 @@ class Packages:
                 f"(`paddlecloud ls {path.parent()}`); a full storage quota stops uploads too",
                 field="package",
             ) from None
-        if stat.S_ISDIR(st.st_mode):
+        if found == "dir":
             return "dir"
         kind = next((k for suffix, k in ARCHIVE_SUFFIXES.items() if path.name.endswith(suffix)), None)
-        if stat.S_ISREG(st.st_mode) and kind is not None:
+        if found == "file" and kind is not None:
             return kind
         raise Invalid(f"{path} must be a directory or a .tar.gz, .tgz, .tar or .zip archive", field="package")
 
-    def requirements(self, package: PfsPath, kind: str) -> str | None:
+    async def requirements(self, package: PfsPath, kind: str) -> str | None:
         """The package's requirements.txt, if it has one with something in it."""
         try:
-            data = self._read_requirements(package, kind)
+            data = await self._read_requirements(package, kind)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
@@ -81,14 +85,63 @@ class Packages:
             raise Invalid(f"its {REQUIREMENTS} is not UTF-8 text", field="package") from None
         return text if text.strip() else None
 
-    def _read_requirements(self, package: PfsPath, kind: str) -> bytes | None:
+    async def _read_requirements(self, package: PfsPath, kind: str) -> bytes | None:
         if kind == "dir":
-            fd = self._root.open(package.child(REQUIREMENTS), os.O_RDONLY | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                return f.read(MAX_REQUIREMENTS + 1)
-        fd = self._root.open(package, os.O_RDONLY | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            return _archived_requirements(f, kind)
+            return await self._volume.read(package.child(REQUIREMENTS), MAX_REQUIREMENTS + 1)
+        download = await self._volume.open(package)
+        if download is None:
+            raise IsADirectoryError(21, "Is a directory", package.text)
+        loop = asyncio.get_running_loop()
+        # tarfile and zipfile read synchronously, in a thread of their own: not one of the
+        # default executor's, which serves the ranged reads that thread waits for.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="package-archive")
+        try:
+            archive = io.BufferedReader(_Ranged(download, loop), ARCHIVE_READ)
+            return await loop.run_in_executor(pool, _archived_requirements, archive, kind)
+        finally:
+            pool.shutdown(wait=False)
+            await download.close()
+
+
+class _Ranged(io.RawIOBase):
+    """An open PFS file as a seekable binary file for tarfile and zipfile, read from a worker
+    thread: each read is one ranged read (`Download.chunks`) done on the event loop. Nothing
+    but what they read is held, however large the archive."""
+
+    def __init__(self, download: Download, loop: asyncio.AbstractEventLoop) -> None:
+        self._download = download
+        self._loop = loop
+        self._size = download.stat.size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        want = min(len(buffer), self._size - self._pos)
+        if want <= 0:
+            return 0
+        data = asyncio.run_coroutine_threadsafe(self._read(self._pos, want), self._loop).result()
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    async def _read(self, start: int, length: int) -> bytes:
+        out = bytearray()
+        async for chunk in self._download.chunks(start, length):
+            out += chunk
+        return bytes(out)
 
 
 def _archived_requirements(archive: BinaryIO, kind: str) -> bytes | None:

@@ -220,9 +220,7 @@ class Reconciler:
         try:
             requirements = None
             if launch.spec.image is None:
-                requirements = await asyncio.to_thread(
-                    self._packages.requirements, launch.package, launch.package_kind
-                )
+                requirements = await self._packages.requirements(launch.package, launch.package_kind)
         except (errors.DomainError, OSError) as exc:
             await self._records.transition(job, FAILED, f"cannot start after a restart: {exc}")
             return
@@ -237,7 +235,7 @@ class Reconciler:
         job FAILED, saying why) when it can no longer start."""
         try:
             paths = JobPaths.resolve(Identity(job.owner), job.spec, self._datacenter)
-            kind = await asyncio.to_thread(self._packages.kind, paths.package)
+            kind = await self._packages.kind(paths.package)
         except (errors.ProblemError, errors.DomainError, OSError) as exc:
             await self._records.transition(job, FAILED, f"cannot start after a restart: {exc}")
             return None

@@ -72,7 +72,7 @@ class Submitter:
         await self._check_names(owner, spec)
         paths = JobPaths.resolve(identity, spec, self._datacenter)
         if paths.input is not None:
-            await asyncio.to_thread(self._packages.must_exist, "input", paths.input)
+            await self._packages.must_exist("input", paths.input)
         # One submit per user at a time, so two cannot both fit the quota: the lock in this
         # process, the store's lease across every replica of the service.
         async with self._locks.setdefault(owner, asyncio.Lock()), self._quota_lease(owner):
@@ -83,9 +83,7 @@ class Submitter:
             launch = launch_of(job, paths, package_kind or "dir", self._datacenter)
             requirements = None
             if spec.image is None and package_kind is not None:
-                requirements = await asyncio.to_thread(
-                    self._packages.requirements, paths.package, package_kind
-                )
+                requirements = await self._packages.requirements(paths.package, package_kind)
             if dry_run:
                 return await self._dry_run(runs_as, launch, package_kind, requirements)
             # The build is asked for before the job is recorded: a requirements.txt the
@@ -135,7 +133,7 @@ class Submitter:
     async def _package_kind(self, package: PfsPath, *, dry_run: bool) -> str | None:
         """The package's kind; None for a dry run of a package not uploaded yet."""
         try:
-            return await asyncio.to_thread(self._packages.kind, package)
+            return await self._packages.kind(package)
         except PackageNotFound:
             if not dry_run:
                 raise
