@@ -1,0 +1,110 @@
+"""The jobs service's `Packages` reads PFS through a `ReadVolume`: a package's kind and its
+requirements.txt, an archive's by ranged reads of the storage, never the whole archive."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from paddlecloud.common.errors import Invalid
+from paddlecloud.common.storage.base import Download, ReadVolume, Stat
+from paddlecloud.common.storage.posix import PosixVolume
+from paddlecloud.common.volume import PfsPath
+from paddlecloud.jobs.packages import Packages
+
+MIB = 1024 * 1024
+
+
+class Counted(Download):
+    """A download that counts the bytes read through it, and has no sendfile."""
+
+    def __init__(self, inner: Download, volume: RangedReads) -> None:
+        self.inner = inner
+        self.stat = inner.stat
+        self.volume = volume
+
+    async def chunks(self, start: int, length: int) -> AsyncIterator[bytes]:
+        async for chunk in self.inner.chunks(start, length):
+            self.volume.read_bytes += len(chunk)
+            yield chunk
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class RangedReads(ReadVolume):
+    """A POSIX volume seen only as a ReadVolume whose files are read by ranges (as HDFS's are)."""
+
+    kind = "ranged"
+
+    def __init__(self, inner: PosixVolume) -> None:
+        self.inner = inner
+        self.read_bytes = 0
+
+    async def stat(self, path: PfsPath) -> Stat:
+        return await self.inner.stat(path)
+
+    async def open(self, path: PfsPath) -> Download | None:
+        download = await self.inner.open(path)
+        return None if download is None else Counted(download, self)
+
+
+@pytest.fixture
+async def volume(tmp_path: Path) -> AsyncIterator[RangedReads]:
+    posix = PosixVolume(tmp_path / "pfs")
+    await posix.ensure_home("alice")
+    yield RangedReads(posix)
+    await posix.close()
+
+
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "pfs" / "home" / "alice"
+
+
+def pfs(*parts: str) -> PfsPath:
+    return PfsPath("dc1", "home", "alice", parts)
+
+
+@pytest.mark.parametrize("suffix", ["tar.gz", "zip"])
+async def test_an_archives_requirements_are_read_by_ranges(
+    volume: RangedReads, tmp_path: Path, suffix: str
+) -> None:
+    ballast = os.urandom(8 * MIB)  # incompressible: the archive stays this large
+    buffer = io.BytesIO()
+    if suffix == "zip":
+        with zipfile.ZipFile(buffer, "w") as z:
+            z.writestr("requirements.txt", "numpy\n")
+            z.writestr("data.bin", ballast)
+    else:
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for name, data in (("requirements.txt", b"numpy\n"), ("data.bin", ballast)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    (home(tmp_path) / f"pkg.{suffix}").write_bytes(buffer.getvalue())
+    packages = Packages(volume)
+    kind = await packages.kind(pfs(f"pkg.{suffix}"))
+    assert await packages.requirements(pfs(f"pkg.{suffix}"), kind) == "numpy\n"
+    # What it looked at, not the whole archive.
+    assert 0 < volume.read_bytes < len(buffer.getvalue()) // 2
+
+
+async def test_a_directorys_requirements_and_a_symlink_out_refused(
+    volume: RangedReads, tmp_path: Path
+) -> None:
+    (home(tmp_path) / "pkg").mkdir()
+    (home(tmp_path) / "pkg" / "requirements.txt").write_text("paddlepaddle\n")
+    os.symlink("/etc", home(tmp_path) / "out")
+    packages = Packages(volume)
+    assert await packages.kind(pfs("pkg")) == "dir"
+    assert await packages.requirements(pfs("pkg"), "dir") == "paddlepaddle\n"
+    with pytest.raises(Invalid, match="leads outside its area through a symlink"):
+        await packages.must_exist("input", pfs("out", "passwd"))
+    with pytest.raises(Invalid, match="does not exist on PFS"):
+        await packages.must_exist("input", pfs("nothing"))
