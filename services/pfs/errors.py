@@ -1,8 +1,9 @@
 """The pfs service's error catalogue: its domain's refusals, every code its answers carry,
 and the one table (`PROBLEMS`) that shows the first as the second.
 
-The domain (files, uploads, usage, cephfs) raises the `DomainError`s below and those of the
-path grammar (`BadPath`, `PathForbidden`, `PathNotFound`, common/volume.py); the handlers
+The domain (files, uploads) raises the `DomainError`s below and those of the
+path grammar (`BadPath`, `PathForbidden`, `PathNotFound`, common/volume.py); the storage
+fails with OSErrors, which `refusal_for` words; the handlers
 never decide a refusal's code. The tus protocol's header kinds (`TUS_VERSION`, `BAD_HEADER`,
 ...) and the downloads' are raised by the handlers, which parse the request. Codes are
 stable: clients and tests match on them.

@@ -1,12 +1,18 @@
 """tus 1.0 uploads into PFS at /api/v1/pfs/uploads (docs/pfs.md, shared/TUS.md).
 
-An upload is a staging file `.uploads/<id>.part` under the datacenter root plus a JSON
-record `.uploads/<id>.info`. Its offset is always the staging file's size: bytes are
-appended as they arrive and fsynced before an offset is acknowledged, so whatever a
-client was told survives a crash, and whatever it was not told is simply sent again.
-When the last byte is in, the file is verified and renamed into place on the same
-filesystem; each completion step is idempotent, so a crash between any two is finished
-by the next HEAD or PATCH.
+An upload is a part `<id>.part` in its volume's staging (`Staging`, common/storage; on a
+POSIX root `.uploads/` under the datacenter root) plus a JSON record `<id>.info`. Its
+offset is always the part's size: bytes are appended as they arrive and made durable
+before an offset is acknowledged, so whatever a client was told survives a crash, and
+whatever it was not told is simply sent again. When the last byte is in, the file is
+verified and placed (`Staging.place`: a rename on the same filesystem, never visible
+half-written); each completion step is idempotent, so a crash between any two is
+finished by the next HEAD or PATCH.
+
+Appending takes one of two paths by the staging's `direct`: a POSIX staging file is
+written through its descriptor, read back from the page cache to be hashed in threads
+and fdatasynced as the body arrives (`_receive_direct`); any other medium is given the
+body's pieces (`Staging.append`), hashed here in the loop (`_receive_streaming`).
 
 One request at a time works on an upload (an asyncio lock per id, this service being one
 process; several replicas would need a lease in the store as well). Like tusd's request
