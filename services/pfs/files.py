@@ -131,20 +131,21 @@ class Files:
         """A directory's entries (every descendant if `recursive`), or a file's own."""
         try:
             with fs_errors(path):
-                found = await self.volume.list(path, recursive=recursive, max_path_bytes=MAX_PATH_BYTES)
+                try:
+                    found = await self.volume.list(path, recursive=recursive, max_path_bytes=MAX_PATH_BYTES)
+                except StorageTreeTooDeep as exc:
+                    # Such paths could not be named in a later call (MAX_PATH_BYTES: 2,048 levels of
+                    # one-letter names at most), and their listing would grow with the square of the depth.
+                    raise TreeTooDeep(
+                        f"{exc.path}: holds paths longer than {MAX_PATH_BYTES} bytes ({exc.depth} levels "
+                        "down and deeper), which PFS cannot name; list a directory further down, "
+                        "or remove the tree with rm -r"
+                    ) from None
         except PathNotFound:
             # Your own home exists for you before your first write; it is simply empty.
             if not _is_own_home(path, identity):
                 raise
             return []
-        except StorageTreeTooDeep as exc:
-            # Such paths could not be named in a later call (MAX_PATH_BYTES: 2,048 levels of
-            # one-letter names at most), and their listing would grow with the square of the depth.
-            raise TreeTooDeep(
-                f"{exc.path}: holds paths longer than {MAX_PATH_BYTES} bytes ({exc.depth} levels "
-                "down and deeper), which PFS cannot name; list a directory further down, "
-                "or remove the tree with rm -r"
-            ) from None
         return [entry_of(e.path, e.name, e.stat) for e in found]
 
     async def open_file(self, identity: Identity, path: PfsPath) -> Download | None:
