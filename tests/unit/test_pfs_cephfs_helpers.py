@@ -1,4 +1,4 @@
-"""services/pfs/cephfs.py where there is no CephFS: everything falls back, and the copy into a
+"""services/common/storage/cephfs.py where there is no CephFS: everything falls back, and the copy into a
 quota realm keeps its promises on any filesystem; and the CephFS fixture says why it skips."""
 
 from __future__ import annotations
