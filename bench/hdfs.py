@@ -269,7 +269,7 @@ def run(size: int) -> None:
                         settle(downloaded)
                     subprocess.run([*cli, "rm", remote], env=env, check=True, stdout=subprocess.DEVNULL)
     print(
-        f"{size} bytes ({size / 2**20:.0f} MiB) of random bytes, {ROUNDS} rounds "
+        f"{size / 2**20:g} MiB of random bytes ({size} bytes, --size), {ROUNDS} rounds "
         "(PADDLECLOUD_BENCH_HDFS_ROUNDS); Hadoop's minicluster (1 NameNode, 1 DataNode) on this machine"
     )
     print(
