@@ -535,6 +535,9 @@ class PfsSection(ServiceSection):
     # mount; the default), or in HDFS (then `root` keeps only pfs's own state).
     hdfs: HdfsStorage | None = None
 
+    # PADDLECLOUD_PFS_HDFS carries the whole mapping as YAML (or JSON).
+    _hdfs_text = field_validator("hdfs", mode="before")(_section_text)
+
 
 _HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
 _REPOSITORY = r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$"

@@ -126,6 +126,15 @@ def test_an_hdfs_datacenter_runs_jobs_on_its_nodes_hdfs_mount(tmp_path) -> None:
     assert config.jobs.kubernetes.datacenters["dc1"].host_path == "/mnt/hdfs/pc"
 
 
+def test_an_hdfs_datacenter_from_the_environment() -> None:
+    env = {"PADDLECLOUD_PFS_HDFS": "{namenode: 'http://nn:9870', proxy_users: true, replication: 2}"}
+    hdfs = load_config(None, env=env).pfs.hdfs
+    assert hdfs is not None
+    assert (hdfs.namenode, hdfs.proxy_users, hdfs.replication) == ("http://nn:9870", True, 2)
+    with pytest.raises(ConfigError, match=r"config pfs\.hdfs\.namenode: Field required"):
+        load_config(None, env={"PADDLECLOUD_PFS_HDFS": "{user: pc}"})
+
+
 def test_missing_file_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "nope.yaml", env={})
