@@ -512,7 +512,8 @@ class HdfsStorage(_Section):
     def _supported(self) -> HdfsStorage:
         if self.kerberos:
             raise ValueError(
-                "hdfs kerberos is not supported yet (docs/storage.md, HDFS): use simple authentication behind a trusted network"
+                "hdfs kerberos is not supported yet (docs/storage.md, HDFS): use simple "
+                "authentication behind a trusted network"
             )
         if ".." in self.root_path.split("/"):
             raise ValueError(f"root_path may not contain '..': {self.root_path!r}")
@@ -533,6 +534,9 @@ class PfsSection(ServiceSection):
     # Where the datacenter's files live: on this host under `root` (local disk or a CephFS
     # mount; the default), or in HDFS (then `root` keeps only pfs's own state).
     hdfs: HdfsStorage | None = None
+
+    # PADDLECLOUD_PFS_HDFS carries the whole mapping as YAML (or JSON).
+    _hdfs_text = field_validator("hdfs", mode="before")(_section_text)
 
 
 _HOST_PORT = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$"
@@ -731,6 +735,22 @@ class Config(_Section):
             raise ValueError(
                 f"jobs.kubernetes.datacenters has no volume for datacenter {self.pfs.datacenter!r} "
                 f"(pfs.datacenter); job pods would have no PFS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _hdfs_on_nodes(self) -> Config:
+        # pfs serves an HDFS datacenter over WebHDFS; job pods see the same files only
+        # through each node's own HDFS mount (FUSE or an NFS gateway), by hostPath. A
+        # cephfs or pvc volume would be other storage: uploads and job files would differ.
+        dc = self.pfs.datacenter
+        volume = self.jobs.kubernetes.datacenters.get(dc)
+        if self.pfs.hdfs is not None and volume is not None and volume.kind != "hostpath":
+            raise ValueError(
+                f"pfs.hdfs: datacenter {dc!r} keeps its files in HDFS, which job pods see through "
+                f"each node's HDFS mount: jobs.kubernetes.datacenters.{dc}.kind must be hostpath "
+                f"(host_path: where the nodes mount the HDFS root), not {volume.kind} "
+                '(docs/storage.md, "What jobs see")'
             )
         return self
 

@@ -20,6 +20,7 @@ from paddlecloud.common.store.models import PENDING, utcnow
 from paddlecloud.common.volume import PfsPath
 
 from .backend import Backend, Launch, planned_workers
+from .backends import unrunnable
 from .builds import Builds
 from .errors import PackageNotFound, SubmitBusy
 from .launches import JobPaths, launch_of
@@ -57,6 +58,7 @@ class Submitter:
         self._builds = builds
         self._spawn_start = spawn_start
         self._datacenter = config.pfs.datacenter
+        self._unrunnable = unrunnable(config)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def submit(self, identity: Identity, spec: JobSpec, *, dry_run: bool = False) -> JobRecord | DryRun:
@@ -64,6 +66,9 @@ class Submitter:
         environment's build), record the job PENDING and start it; with `dry_run`, only
         check and say what would run."""
         owner = identity.user
+        if self._unrunnable is not None:
+            # First: nothing else is worth checking (nor reading off the storage).
+            raise Invalid(self._unrunnable, field="datacenter")
         # A job reads and writes PFS with its owner's rights, an admin's job too: its
         # workers run as the owner, and a restarted service finds its paths again as the
         # owner. So its paths are checked as the job will use them, not with the

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from paddlecloud import Client, PaddleJob
 
@@ -384,3 +385,33 @@ def test_the_python_sdk_submits_follows_and_waits(server: Any, tmp_path: Path) -
         assert client.package(str(package)) == started["spec"]["package"]  # already there: no upload
         assert job.kill(rm=True) is None
         assert all(j["name"] != "from-python" for j in client.jobs(all=True))
+
+
+@pytest.fixture
+def hdfs_settings(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """`pfs.hdfs` for a server: the session's minicluster (tests/hdfs_cluster.py) where this
+    checkout has it, since pfs reads its staging there when it starts; else a NameNode
+    address where nothing listens (a pfs that does not use HDFS yet never asks it)."""
+    try:
+        hdfs = request.getfixturevalue("real_hdfs")
+    except pytest.FixtureLookupError:
+        return {"namenode": "http://127.0.0.1:9"}
+    return {"namenode": hdfs.url, "root_path": hdfs.fresh_root(), "user": hdfs.platform_user}
+
+
+@pytest.mark.xdist_group("hdfs")
+def test_a_job_of_an_hdfs_datacenter_on_one_machine_is_refused_in_one_line(
+    server_factory: Any, hdfs_settings: dict[str, Any], tmp_path: Path
+) -> None:
+    """With `pfs.hdfs` set the local backend could not show a job its files: `submit` says
+    so, and where such jobs run, in one line; nothing is recorded. The package is a PFS
+    path, so the refusal is the jobs service's alone."""
+    config = tmp_path / "hdfs.yaml"
+    config.write_text(yaml.safe_dump({"pfs": {"hdfs": hdfs_settings}}))
+    server = server_factory("--server-config", str(config))
+    forms = (("submit", "--name", "on-hdfs", "pfs:pkg"), ("submit", "-jobname", "on-hdfs", f"{HOME}/pkg"))
+    for form in forms:
+        line = one_error_line(run_cli(server, *form))
+        assert f"datacenter: datacenter {DC!r} keeps its files in HDFS" in line, line
+        assert "run the jobs of an HDFS datacenter on Kubernetes" in line, line
+    assert as_json(run_cli(server, "-o", "json", "get", "jobs"))["jobs"] == []

@@ -91,6 +91,20 @@ def test_unknown_env_key_is_named() -> None:
             " node_stage_secret: s}\n",
             "jobs.kubernetes.datacenters.dc1.node_stage_secret",
         ),
+        # An HDFS datacenter's job pods see HDFS through each node's mount (hostPath).
+        *(
+            (
+                f"pfs:\n  datacenter: dc1\n  hdfs: {{namenode: 'http://nn:9870'}}\n"
+                f"jobs:\n  kubernetes:\n    datacenters:\n      dc1: {volume}\n",
+                "pfs.hdfs: datacenter 'dc1' keeps its files in HDFS, which job pods see through each "
+                "node's HDFS mount: jobs.kubernetes.datacenters.dc1.kind must be hostpath",
+            )
+            for volume in (
+                "{kind: cephfs, cluster_id: c, fs_name: f, node_stage_secret: ns/s}",
+                "{kind: pvc, claim_name: pfs}",
+            )
+        ),
+        ("pfs:\n  hdfs: {namenode: 'http://nn:9870', kerberos: true}\n", "hdfs kerberos is not supported"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
@@ -98,6 +112,27 @@ def test_bad_files_name_the_key(tmp_path, yaml_text: str, words: str) -> None:
     path.write_text(yaml_text)
     with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("[", r"\[")):
         load_config(path, env={})
+
+
+def test_an_hdfs_datacenter_runs_jobs_on_its_nodes_hdfs_mount(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "pfs:\n  datacenter: dc1\n  hdfs: {namenode: 'http://nn:9870', root_path: /pc}\n"
+        "jobs:\n  backend: kubernetes\n  kubernetes:\n    datacenters:\n"
+        "      dc1: {kind: hostpath, host_path: /mnt/hdfs/pc}\n"
+    )
+    config = load_config(path, env={})
+    assert config.pfs.hdfs is not None and config.pfs.hdfs.root_path == "/pc"
+    assert config.jobs.kubernetes.datacenters["dc1"].host_path == "/mnt/hdfs/pc"
+
+
+def test_an_hdfs_datacenter_from_the_environment() -> None:
+    env = {"PADDLECLOUD_PFS_HDFS": "{namenode: 'http://nn:9870', proxy_users: true, replication: 2}"}
+    hdfs = load_config(None, env=env).pfs.hdfs
+    assert hdfs is not None
+    assert (hdfs.namenode, hdfs.proxy_users, hdfs.replication) == ("http://nn:9870", True, 2)
+    with pytest.raises(ConfigError, match=r"config pfs\.hdfs\.namenode: Field required"):
+        load_config(None, env={"PADDLECLOUD_PFS_HDFS": "{user: pc}"})
 
 
 def test_missing_file_is_a_config_error(tmp_path) -> None:

@@ -185,6 +185,16 @@ def test_a_changed_config_rolls_the_pods() -> None:
             ["storage.kind=cephfs", "jobs.kubernetes.namespaceMode=shared", "jobs.kubernetes.namespace=ml"],
             "storage.kind cephfs needs jobs.kubernetes.namespaceMode per-user",
         ),
+        # An HDFS datacenter: no Kerberos yet; job pods on each node's HDFS mount (hostPath).
+        (["pfs.hdfs.namenode=http://nn:9870", "pfs.hdfs.kerberos=true"], "pfs.hdfs.kerberos: Kerberos"),
+        (
+            ["pfs.hdfs.namenode=http://nn:9870"],
+            "pfs.hdfs: job pods see an HDFS datacenter through each node's HDFS mount: "
+            "storage.kind must be hostpath",
+        ),
+        (["pfs.hdfs.namenode=nn:9870"], "/pfs/hdfs/namenode"),
+        (["pfs.hdfs.replication=0"], "/pfs/hdfs/replication"),
+        (["pfs.hdfs.principal=pc@EXAMPLE.COM"], "additional properties 'principal' not allowed"),
         (["ingress.enabled=true", "ingress.tls.enabled=true"], "/ingress/tls/secretName"),
         (["mongodb.enabled=false"], "store.external.uri"),
         # Kaniko's layer cache pushed from the executor, where user code runs: removed.
@@ -225,6 +235,28 @@ def test_the_services_load_the_rendered_config(values: str | None, tmp_path: Pat
         assert getattr(config.gateway, f"{service}_url") == f"http://{RELEASE}-paddlecloud-{service}:{port}"
     assert config.pfs.url == config.gateway.pfs_url and config.builder.url == config.gateway.builder_url
     assert config.jobs.kubernetes.run_as_user == 1000
+
+
+def test_an_hdfs_datacenter_reaches_pfs_as_pfs_hdfs(tmp_path: Path) -> None:
+    """pfs.hdfs's values become the services' `pfs.hdfs` (HdfsStorage), job pods keep the
+    nodes' HDFS mount (hostpath); without a namenode there is no `pfs.hdfs` at all."""
+    path = tmp_path / "paddlecloud.yaml"
+    path.write_text(config_text(render("hdfs-values.yaml")))
+    config = load_config(path, env={})
+    assert config.pfs.hdfs is not None
+    assert config.pfs.hdfs.model_dump() == {
+        "namenode": "http://namenode.hadoop.svc:9870",
+        "root_path": "/paddlecloud",
+        "user": "paddlecloud",
+        "proxy_users": True,
+        "kerberos": False,
+        "replication": 3,
+        "timeout": 60.0,
+    }
+    volume = config.jobs.kubernetes.datacenters[config.pfs.datacenter]
+    assert (volume.kind, volume.host_path) == ("hostpath", "/mnt/hdfs/paddlecloud")
+    for values in ("hostpath-values.yaml", None):
+        assert "hdfs" not in yaml.safe_load(config_text(render(values)))["pfs"]
 
 
 def test_the_dns_pods_and_the_disk_bound_reach_the_jobs_service(tmp_path: Path) -> None:

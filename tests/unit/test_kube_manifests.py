@@ -27,7 +27,7 @@ import kubernetes_validate
 import pytest
 from pydantic import ValidationError
 
-from paddlecloud.common.config import DatacenterVolume, KubernetesSection
+from paddlecloud.common.config import DatacenterVolume, KubernetesSection, load_config
 from paddlecloud.common.store import Job, Quota, Registry
 from paddlecloud.jobs.backend import Launch, Runtime
 from paddlecloud.jobs.contract import (
@@ -1382,3 +1382,31 @@ def test_every_job_object_is_one_the_service_may_create() -> None:
         for obj in objects:
             namespaced = obj["kind"] != "Namespace"
             assert rbac.allowed("create", groups[obj["apiVersion"]], plural[obj["kind"]], namespaced, mode)
+
+
+def test_an_hdfs_datacenters_job_sees_its_home_and_public_of_the_nodes_mount_only(tmp_path: Path) -> None:
+    """`pfs.hdfs` with the one volume kind config validation lets through for it: every
+    container that mounts PFS gets the node's HDFS mount at exactly the user's home
+    (read-write) and public (read-only), by subPath; the mount's root, other homes and
+    pfs's staging (`.uploads`) are in no container, and no other host path is in the pod."""
+    path = tmp_path / "paddlecloud.yaml"
+    path.write_text(
+        f"pfs:\n  datacenter: {DC}\n  hdfs: {{namenode: 'http://nn.example:9870', root_path: /paddlecloud}}\n"
+        "jobs:\n  backend: kubernetes\n  kubernetes:\n    datacenters:\n"
+        f"      {DC}: {{kind: hostpath, host_path: /mnt/hdfs/paddlecloud}}\n"
+    )
+    settings = load_config(path, env={}).jobs.kubernetes
+    plan = make_plan(settings=settings)
+    for role, template in pod_templates(manifests.job_objects(plan)).items():
+        pod = template["spec"]
+        host = [v for v in pod["volumes"] if "hostPath" in v]
+        assert host == [{"name": "pfs", "hostPath": {"path": "/mnt/hdfs/paddlecloud", "type": "Directory"}}]
+        seen: dict[str, list[dict[str, Any]]] = {}
+        for container in containers(pod):
+            seen[container["name"]] = [m for m in container.get("volumeMounts", []) if m["name"] == "pfs"]
+        wanted = [
+            {"name": "pfs", "mountPath": HOME, "subPath": f"home/{USER}"},
+            {"name": "pfs", "mountPath": f"/pfs/{DC}/public", "subPath": "public", "readOnly": True},
+        ]
+        assert seen.pop("wait-pservers", []) == [], role
+        assert seen and all(mounts == wanted for mounts in seen.values()), (role, seen)
