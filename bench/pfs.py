@@ -52,7 +52,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from paddlecloud.pfs import cephfs
+from paddlecloud.common.storage import cephfs
 from paddlecloud.transfer import CHUNK_SIZE
 
 from . import aim
