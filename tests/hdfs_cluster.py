@@ -65,6 +65,10 @@ class RealHdfs:
         self.make_dir(home, owner=user, mode=0o700)
         return home
 
+    def make_symlink(self, link: str, target: str) -> None:
+        """An HDFS symlink at `link` (the minicluster enables them; operators rarely do)."""
+        self._call("PUT", link, "CREATESYMLINK", destination=target, createParent="true")
+
     def status(self, path: str) -> dict[str, object] | None:
         try:
             return json.loads(self._call("GET", path, "GETFILESTATUS"))["FileStatus"]

@@ -19,6 +19,7 @@ import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.security.Groups;
 import org.apache.hadoop.security.UserGroupInformation;
@@ -44,6 +45,9 @@ public final class MiniHdfs {
         // quotas of a few MiB. A real cluster's 128 MiB blocks behave the same, scaled.
         conf.setLong("dfs.blocksize", 1024 * 1024);
         conf.setBoolean("dfs.namenode.acls.enabled", true);
+        // Listings come in pages of 1000 entries on a real NameNode; pages of 4 let the tests
+        // see a client page through a directory without making thousands of files.
+        conf.setInt("dfs.ls.limit", 4);
         conf.set("hadoop.proxyuser." + platform + ".hosts", "*");
         conf.set("hadoop.proxyuser." + platform + ".groups", "*");
         // Users that exist only in HDFS (the tests' alice and bob) have no OS groups; say so
@@ -58,6 +62,10 @@ public final class MiniHdfs {
         // NameNode asks, or it is built from defaults without the override above.
         UserGroupInformation.setConfiguration(conf);
         Groups.getUserToGroupsMappingServiceWithLoadedConfiguration(conf);
+
+        // HDFS symlinks are off unless a JVM turns them on; the tests turn them on to check
+        // that PaddleCloud never follows one an operator's cluster might hold.
+        FileSystem.enableSymlinks();
 
         MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, base)
             .numDataNodes(1)
