@@ -51,7 +51,10 @@ _ERRNOS: Mapping[str, int] = {
     "RetriableException": errno.EAGAIN,
     "RecoveryInProgressException": errno.EAGAIN,
     "AlreadyBeingCreatedException": errno.EAGAIN,
+    # A path through (or ending at) a symlink: the NameNode leaves resolving it to its
+    # client, and this client never does.
     "UnresolvedLinkException": errno.ELOOP,
+    "UnresolvedPathException": errno.ELOOP,
 }
 
 # What SETQUOTA takes to leave one quota as it is, or to clear it (HdfsConstants).
@@ -66,7 +69,7 @@ def errno_for(exception: str) -> int:
     return _ERRNOS.get(exception, errno.EIO)
 
 
-def HdfsError(code: int, exception: str, message: str, path: str) -> OSError:
+def remote_error(code: int, exception: str, message: str, path: str) -> OSError:
     """A refusal the NameNode or a DataNode sent (RemoteException), as the OSError subclass
     POSIX code catches (FileNotFoundError, PermissionError, ...); EIO keeps the Java class."""
     return OSError(code, f"{exception}: {message}" if code == errno.EIO else message, path)
@@ -197,7 +200,7 @@ class WebHdfs:
             exception, message = f"HTTP {response.status}", body[:300].decode(errors="replace")
         if not exception and response.status == 404:
             exception = "FileNotFoundException"
-        raise HdfsError(errno_for(exception), exception, message, path.text)
+        raise remote_error(errno_for(exception), exception, message, path.text)
 
     async def _json(
         self, method: str, path: HdfsPath, op: str, *, doas: str | None = None, **extra: object
@@ -220,13 +223,18 @@ class WebHdfs:
         out: list[FileStatus] = []
         start = ""
         while True:
-            extra = {"startAfter": start} if start else {}
+            # Lower case: Hadoop 3.5's WebHDFS ignores `startAfter` as its docs spell it, and
+            # older NameNodes take parameter names in any case.
+            extra = {"startafter": start} if start else {}
             data = await self._json("GET", path, "LISTSTATUS_BATCH", doas=doas, **extra)
             listing = data["DirectoryListing"]
             batch = [FileStatus.from_json(d) for d in listing["partialListing"]["FileStatuses"]["FileStatus"]]
             out.extend(batch)
             if not listing.get("remainingEntries") or not batch:
                 return out
+            if start and batch[0].name.encode() <= start.encode():
+                # A NameNode that ignored the page's start would be listed for ever.
+                raise OSError(errno.EIO, "LISTSTATUS_BATCH did not move past the page's start", path.text)
             start = batch[-1].name
 
     async def content_summary(self, path: HdfsPath, *, doas: str | None = None) -> ContentSummary:
@@ -249,7 +257,9 @@ class WebHdfs:
             await self._raise_for(redirect, path)
             location = redirect.headers.get("Location")
         if location is None:
-            raise HdfsError(errno.EIO, "NoRedirect", "OPEN answered without a DataNode's Location", path.text)
+            raise remote_error(
+                errno.EIO, "NoRedirect", "OPEN answered without a DataNode's Location", path.text
+            )
         async with self._session.get(URL(location, encoded=True)) as response:
             await self._raise_for(response, path)
             async for chunk in response.content.iter_chunked(_CHUNK):
@@ -294,7 +304,7 @@ class WebHdfs:
             await self._raise_for(redirect, path)
             location = redirect.headers.get("Location")
         if location is None:
-            raise HdfsError(
+            raise remote_error(
                 errno.EIO, "NoRedirect", f"{op} answered without a DataNode's Location", path.text
             )
         headers = {"Content-Type": "application/octet-stream"}

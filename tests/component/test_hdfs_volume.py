@@ -143,6 +143,62 @@ async def test_staging_appends_places_and_recognises_after_a_crash(volume: HdfsV
     assert await staging.orphans(set(), older_than=2e9) == []
 
 
+async def test_a_cut_append_keeps_what_arrived_and_uploads_survive_a_restart(
+    volume: HdfsVolume, real_hdfs: RealHdfs
+) -> None:
+    async def cut_off() -> AsyncIterator[bytes]:
+        yield b"a" * 1000
+        yield b"b" * 24
+        raise ConnectionResetError("the client went away")
+
+    staging = volume.staging
+    await staging.write_record("cut", b'{"id": "cut"}')
+    await staging.create_part("cut")
+    with pytest.raises(ConnectionResetError):
+        await staging.append("cut", 0, cut_off())
+    assert await staging.part_size("cut") == 1024
+    # A new pfs process (a new volume, a new client) finds the upload where it was and goes on.
+    client = WebHdfs(real_hdfs.url, real_hdfs.platform_user, timeout=30)
+    restarted = HdfsVolume(client, volume.root, proxy_users=True, replication=1)
+    try:
+        assert await restarted.staging.load_records() == [b'{"id": "cut"}']
+        assert await restarted.staging.append("cut", 1024, chunks_of([b"c"])) == 1025
+        assert (
+            await restarted.staging.hash_part("cut")
+            == hashlib.sha256(b"a" * 1000 + b"b" * 24 + b"c").hexdigest()
+        )
+        await restarted.staging.remove("cut", record=True)
+    finally:
+        await restarted.close()
+
+
+async def test_symlinks_are_never_followed_and_listings_page(volume: HdfsVolume, real_hdfs: RealHdfs) -> None:
+    await put(volume, home("bob", "secret"), b"bob's")
+    await volume.ensure_home("alice")
+    for n in range(6):  # more than the minicluster's page of 4 entries
+        await volume.mkdir(home("alice", f"d{n}"), parents=False)
+    real_hdfs.make_symlink(f"{volume.root.text}/home/alice/link", f"{volume.root.text}/home/bob")
+
+    for probe in (home("alice", "link"), home("alice", "link", "secret")):
+        with pytest.raises(OSError) as refused:
+            await volume.stat(probe)
+        assert refused.value.errno == errno.ELOOP
+    with pytest.raises(OSError) as refused:
+        await volume.open(home("alice", "link", "secret"))
+    assert refused.value.errno == errno.ELOOP
+    with pytest.raises(OSError) as refused:
+        await volume.move(home("alice", "d0"), home("alice", "link", "d0"), overwrite=False)
+    assert refused.value.errno == errno.ELOOP
+
+    entries = await volume.list(home("alice"), recursive=True, max_path_bytes=4096)
+    assert [(e.name, e.stat.kind) for e in entries] == [
+        *((f"d{n}", "dir") for n in range(6)),
+        ("link", "symlink"),
+    ]
+    await volume.remove(home("alice", "link"), recursive=True)  # the link, not bob's home
+    assert (await volume.stat(home("bob", "secret"))).size == 5
+
+
 async def test_doas_keeps_homes_apart_and_bad_parts_are_refused(volume: HdfsVolume) -> None:
     await put(volume, home("bob", "secret"), b"bob's")
     await volume.ensure_home("alice")

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from ..diskuse import DiskUse
 from ..volume import PfsPath
-from ..webhdfs import QUOTA_DONT_SET, QUOTA_RESET, FileStatus, HdfsError, HdfsPath, WebHdfs, check_part
+from ..webhdfs import QUOTA_DONT_SET, QUOTA_RESET, FileStatus, HdfsPath, WebHdfs, check_part
 from .base import AbstractVolume, Changed, Download, Entry, Kind, Quotas, Staging, Stat, TreeTooDeep
 
 if TYPE_CHECKING:
@@ -452,7 +452,9 @@ class HdfsVolume(AbstractVolume):
             status.file_id,
         ):
             raise Changed(errno.EAGAIN, "the file changed while it was read", path.text)
-        await self.client.set_xattr(target, SHA256_XATTR, _remembered(status) + digest, doas=doas)
+        # Remembered by the platform itself: the user may read the file without being
+        # allowed to write it (mode 0444), and the memo is the platform's, not theirs.
+        await self.client.set_xattr(target, SHA256_XATTR, _remembered(status) + digest)
         return _stat(status), digest
 
     async def mkdir(self, path: PfsPath, *, parents: bool) -> bool:
@@ -471,8 +473,10 @@ class HdfsVolume(AbstractVolume):
 
     async def remove(self, path: PfsPath, *, recursive: bool) -> None:
         target, doas = self.hdfs_path(path), self.doas_for(path)
-        await self.client.status(target, doas=doas)  # FileNotFoundError where nothing is
-        await self.client.delete(target, recursive=recursive, doas=doas)
+        # No status first: a symlink's status is refused (ELOOP), but DELETE takes the link
+        # itself, never what it points to.
+        if not await self.client.delete(target, recursive=recursive, doas=doas):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path.text)
         if path.owner is not None:
             self.forget_usage(path.owner)
 
@@ -509,4 +513,4 @@ class HdfsVolume(AbstractVolume):
         return target.text
 
 
-__all__ = ["HdfsDownload", "HdfsError", "HdfsQuotas", "HdfsStaging", "HdfsVolume"]
+__all__ = ["HdfsDownload", "HdfsQuotas", "HdfsStaging", "HdfsVolume"]
