@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -166,14 +166,25 @@ class WebHdfs:
     def __init__(self, namenode: str, user: str, *, timeout: float = 60.0) -> None:
         self.base = namenode.rstrip("/")
         self.user = user
-        # sock_read bounds a silent DataNode; no total: a multi-GB body takes as long as it takes.
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
-            auto_decompress=False,
-        )
+        self.timeout = timeout
+        self._client: aiohttp.ClientSession | None = None
+
+    @property
+    def _session(self) -> aiohttp.ClientSession:
+        # Made on first use, inside the running loop (aiohttp needs one), so a volume can be
+        # built from the config before the service's loop starts.
+        if self._client is None:
+            # sock_read bounds a silent DataNode; no total: a multi-GB body takes its time.
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_read=self.timeout),
+                auto_decompress=False,
+            )
+        return self._client
 
     async def close(self) -> None:
-        await self._session.close()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     def _url(self, path: HdfsPath) -> URL:
         # Encoded already, component by component: yarl must not encode it again.
@@ -250,7 +261,7 @@ class WebHdfs:
 
     async def open(
         self, path: HdfsPath, offset: int, length: int, *, doas: str | None = None
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The file's bytes from `offset`, `length` of them at most, as the DataNode sends them."""
         params = self._params("OPEN", doas, {"offset": offset, "length": length})
         async with self._session.get(self._url(path), params=params, allow_redirects=False) as redirect:

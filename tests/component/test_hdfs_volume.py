@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 from collections.abc import AsyncIterator
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from hdfs_cluster import RealHdfs
 
+from paddlecloud.common.config import HdfsStorage
 from paddlecloud.common.storage.hdfs import HdfsVolume
 from paddlecloud.common.volume import PfsPath
 from paddlecloud.common.webhdfs import HdfsPath, WebHdfs, chunks_of
@@ -197,6 +199,20 @@ async def test_symlinks_are_never_followed_and_listings_page(volume: HdfsVolume,
     ]
     await volume.remove(home("alice", "link"), recursive=True)  # the link, not bob's home
     assert (await volume.stat(home("bob", "secret"))).size == 5
+
+
+def test_a_volume_is_built_from_its_config_before_the_loop_runs() -> None:
+    config = HdfsStorage(
+        namenode="http://namenode.example:9870", root_path="/dc1", user="pc", proxy_users=True
+    )
+    volume = HdfsVolume.from_config(config)
+    assert (volume.root.text, volume.client.user, volume.proxy_users, volume.replication) == (
+        "/dc1",
+        "pc",
+        True,
+        3,
+    )
+    asyncio.run(volume.close())
 
 
 async def test_doas_keeps_homes_apart_and_bad_parts_are_refused(volume: HdfsVolume) -> None:

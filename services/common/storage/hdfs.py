@@ -38,6 +38,7 @@ What HDFS does not do as POSIX does, and what this does instead:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 from collections.abc import AsyncIterator
@@ -81,8 +82,11 @@ class HdfsDownload(Download):
     async def chunks(self, start: int, length: int) -> AsyncIterator[bytes]:
         if length <= 0:
             return
-        async for chunk in self.client.open(self.path, start, length, doas=self.doas):
-            yield chunk
+        # Closed at once when the reader stops early (a client gone mid-download), so the
+        # DataNode's connection goes back to the pool then, not when the generator is collected.
+        async with contextlib.aclosing(self.client.open(self.path, start, length, doas=self.doas)) as stream:
+            async for chunk in stream:
+                yield chunk
 
     async def close(self) -> None:
         return None
