@@ -119,9 +119,11 @@ crane:
 # Hadoop's minicluster (one NameNode, one DataNode, WebHDFS) the HDFS volume's tests run
 # against (tests/hdfs_cluster.py): hadoop-client-minicluster at the version pinned in the
 # script, fetched with Maven into ~/.cache/paddlecloud/hdfs-<version> with its launcher
-# compiled there; nothing to do when cached.
+# compiled there; nothing to do when cached. Without a JDK 17 and Maven (Debian's
+# openjdk-17-jdk-headless and maven) the HDFS tests are skipped, saying why.
 hdfs:
-	scripts/hdfs.sh build >/dev/null
+	@if command -v mvn >/dev/null && command -v javac >/dev/null; then scripts/hdfs.sh build >/dev/null; \
+	else echo "hdfs: no JDK 17 or Maven (javac, mvn): the HDFS tests are skipped, saying why"; fi
 
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps

@@ -32,6 +32,9 @@ What HDFS does not do as POSIX does, and what this does instead:
   of N bytes is set as N x replication, and a write is refused (EDQUOT) once less than
   a block (x replication) remains. Staged parts live outside the homes, so an upload over
   quota is refused at its rename into the home, leaving nothing there.
+- Durable: an APPEND is acknowledged once the DataNodes hold the bytes and the file is
+  closed again (HDFS's own guarantee); that they are on disk too is the cluster's
+  `dfs.datanode.synconclose`, an operator's choice.
 - Usage is GETCONTENTSUMMARY's `length` and `fileCount` (bytes as written, not replicas).
 """
 
