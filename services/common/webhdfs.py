@@ -207,6 +207,8 @@ class WebHdfs:
         try:
             remote = json.loads(body)["RemoteException"]
             exception, message = str(remote.get("exception", "")), str(remote.get("message", ""))
+            # A DataNode's message carries the NameNode's Java stack after its first line.
+            message = message.split("\n", 1)[0]
         except (ValueError, KeyError, TypeError):
             exception, message = f"HTTP {response.status}", body[:300].decode(errors="replace")
         if not exception and response.status == 404:

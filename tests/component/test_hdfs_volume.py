@@ -107,11 +107,37 @@ async def test_quota_refuses_with_edquot_and_leaves_nothing(volume: HdfsVolume) 
     with pytest.raises(OSError) as refused:
         await staging.place("big", home("carol", "big"), digest="0" * 64, overwrite=False)
     assert refused.value.errno == errno.EDQUOT
+    assert "quota" in str(refused.value) and "\tat org.apache" not in str(refused.value)
     with pytest.raises(FileNotFoundError):
         await volume.stat(home("carol", "big"))
     assert (await volume.usage("carol")).bytes == 1000
-    await staging.remove("big", record=True)
-    assert await staging.part_size("big") is None
+    # The quota lifted, the same staged part goes in.
+    await volume.quotas.sync("carol", None)
+    assert not volume.quotas.has_quota("carol")
+    await staging.place("big", home("carol", "big"), digest="0" * 64, overwrite=False)
+    assert (await volume.usage("carol")).bytes == 1000 + 3 * 1024 * 1024
+
+
+async def test_webhdfs_refusals_carry_posix_errnos(volume: HdfsVolume, real_hdfs: RealHdfs) -> None:
+    client, root = volume.client, volume.root
+    await client.create(root.child("f"), b"x")
+    with pytest.raises(FileExistsError):
+        await client.create(root.child("f"), b"y")
+    with pytest.raises(NotADirectoryError):
+        await client.mkdirs(root.child("f", "sub"))
+    await client.mkdirs(root.child("d", "e"))
+    with pytest.raises(OSError) as refused:
+        await client.delete(root.child("d"), recursive=False)
+    assert refused.value.errno == errno.ENOTEMPTY
+    # What a job writing straight into a home over its space quota meets.
+    real_hdfs.make_dir(f"{root.text}/q", owner=real_hdfs.platform_user)
+    await client.set_quota(root.child("q"), space=512 * 1024)  # less than one block
+    with pytest.raises(OSError) as refused:
+        await client.create(root.child("q", "big"), b"b" * 2048)
+    assert refused.value.errno == errno.EDQUOT
+    assert "quota" in str(refused.value) and "\tat org.apache" not in str(refused.value)
+    with pytest.raises(FileNotFoundError):
+        await client.status(root.child("missing"))
 
 
 async def test_staging_appends_places_and_recognises_after_a_crash(volume: HdfsVolume) -> None:
