@@ -10,7 +10,7 @@ HELM   := $(BIN)/helm
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac \
-	kube-control-plane kube-up ferretdb crane
+	kube-control-plane kube-up ferretdb crane hdfs
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -90,7 +90,7 @@ lint: install-dev
 # (Ceph, the Kubernetes control plane) stay on one worker each (tests/conftest.py).
 TEST_WORKERS ?= 4
 
-test: lint system-deps kube-control-plane ferretdb crane
+test: lint system-deps kube-control-plane ferretdb crane hdfs
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The real Kubernetes control plane the tests run against (docs/testing.md): etcd,
@@ -115,6 +115,15 @@ ferretdb:
 # in the script into ~/.cache/paddlecloud/crane-<version>; nothing to do when cached.
 crane:
 	scripts/crane.sh build >/dev/null
+
+# Hadoop's minicluster (one NameNode, one DataNode, WebHDFS) the HDFS volume's tests run
+# against (tests/hdfs_cluster.py): hadoop-client-minicluster at the version pinned in the
+# script, fetched with Maven into ~/.cache/paddlecloud/hdfs-<version> with its launcher
+# compiled there; nothing to do when cached. Without a JDK 17 and Maven (Debian's
+# openjdk-17-jdk-headless and maven) the HDFS tests are skipped, saying why.
+hdfs:
+	@if command -v mvn >/dev/null && command -v javac >/dev/null; then scripts/hdfs.sh build >/dev/null; \
+	else echo "hdfs: no JDK 17 or Maven (javac, mvn): the HDFS tests are skipped, saying why"; fi
 
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps

@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+# The session's HDFS (Hadoop's minicluster over WebHDFS), for the tests that ask for it.
+from hdfs_cluster import real_hdfs  # noqa: F401
+
 # The session's Ceph cluster, for the tests marked cephfs wherever they live.
 from ceph_cluster import ceph_cluster, cephfs_tmp_path, other_client  # noqa: F401
 
@@ -33,6 +36,7 @@ _ONE_WORKER = {
     "cephfs_tmp_path": "ceph",
     "other_client": "ceph",
     "real_kube": "kube-real",
+    "real_hdfs": "hdfs",
 }
 
 
