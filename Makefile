@@ -54,6 +54,8 @@ system-deps:
 	command -v buildah >/dev/null || missing="$$missing buildah"; \
 	command -v docker-registry >/dev/null || missing="$$missing docker-registry"; \
 	command -v htpasswd >/dev/null || missing="$$missing apache2-utils"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
 	for tool in ceph-mon ceph-mgr ceph-osd ceph-mds ceph ceph-fuse; do \
 		command -v $$tool >/dev/null || { missing="$$missing $(CEPH_DEBS)"; break; }; \
 	done; \
@@ -120,7 +122,8 @@ crane:
 # against (tests/hdfs_cluster.py): hadoop-client-minicluster at the version pinned in the
 # script, fetched with Maven into ~/.cache/paddlecloud/hdfs-<version> with its launcher
 # compiled there; nothing to do when cached. Without a JDK 17 and Maven (Debian's
-# openjdk-17-jdk-headless and maven) the HDFS tests are skipped, saying why.
+# openjdk-17-jdk-headless and maven, which system-deps installs where it can) the HDFS
+# tests are skipped, saying why.
 hdfs:
 	@if command -v mvn >/dev/null && command -v javac >/dev/null; then scripts/hdfs.sh build >/dev/null; \
 	else echo "hdfs: no JDK 17 or Maven (javac, mvn): the HDFS tests are skipped, saying why"; fi
@@ -129,7 +132,7 @@ hdfs:
 screenshots: install-dev system-deps
 	PADDLECLOUD_SCREENSHOTS=1 $(BIN)/pytest tests/e2e/test_dashboard.py -k live_logs
 
-bench: install-dev ferretdb
+bench: install-dev ferretdb hdfs
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
 

@@ -11,7 +11,7 @@ from paddlecloud.common.config import Config
 from paddlecloud.common.keys import READINESS_CHECKS
 from paddlecloud.common.storage import open_storage
 from paddlecloud.common.storage.base import AbstractVolume
-from paddlecloud.common.storage.cephfs import QUOTA_SYNC_SECONDS, CephQuotas
+from paddlecloud.common.storage.cephfs import QUOTA_SYNC_SECONDS
 from paddlecloud.common.store import Store
 from paddlecloud.common.tasks import background, run_periodically
 from paddlecloud.common.web import create_base_app, use_store
@@ -22,7 +22,7 @@ from .files import Files
 from .keys import DATACENTER, FILES, QUOTAS, UPLOADS, VOLUME
 from .uploads import GC_INTERVAL, GC_TASK, Uploads
 
-QUOTA_TASK = "pfs-ceph-quotas"
+QUOTA_TASK = "pfs-quotas"
 
 
 def create_app(
@@ -74,12 +74,12 @@ def _resources(
             await stack.enter_async_context(
                 background(GC_TASK, run_periodically(GC_TASK, collect, GC_INTERVAL))
             )
-            if isinstance(quotas, CephQuotas) and quotas.enabled:
+            if quotas.enabled:
 
                 async def sync_quotas() -> None:
                     await quotas.sync_all(store)
 
-                # On CephFS, homes carry their users' storage quotas (storage/cephfs.py).
+                # On CephFS and HDFS, homes carry their users' storage quotas (common/storage).
                 await stack.enter_async_context(
                     background(QUOTA_TASK, run_periodically(QUOTA_TASK, sync_quotas, QUOTA_SYNC_SECONDS))
                 )

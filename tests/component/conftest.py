@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
@@ -112,3 +113,10 @@ def emulated_mongo(backend: str, request: pytest.FixtureRequest) -> bool:
         return False
     server: MongoServer = request.getfixturevalue("mongo_server")
     return server.emulated
+
+
+@pytest.fixture
+def pfs_settings() -> dict[str, Any]:
+    """More `pfs` settings for the pfs suites' services: a module that runs them again on
+    other storage (test_pfs_hdfs.py) overrides it."""
+    return {}

@@ -63,9 +63,11 @@ class Pfs:
         return await resp.json()
 
 
-async def start_pfs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) -> Pfs:
+async def start_pfs(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, settings: dict[str, Any] | None = None
+) -> Pfs:
     """A pfs service for datacenter dc1 behind a gateway; users and tokens go straight into the store."""
-    sections: dict[str, dict[str, Any]] = {"pfs": {"datacenter": "dc1"}}
+    sections: dict[str, dict[str, Any]] = {"pfs": {"datacenter": "dc1", **(settings or {})}}
     server = await aiohttp_server(create_pfs(make_config(tmp_path, **sections)))
     # No admin password: the bootstrap's argon2 hash would cost every test a fraction of a second.
     config = make_config(
@@ -83,8 +85,8 @@ async def start_pfs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) ->
 
 
 @pytest.fixture
-async def pfs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any) -> Pfs:
-    return await start_pfs(tmp_path, aiohttp_server, aiohttp_client)
+async def pfs(tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any, pfs_settings: dict[str, Any]) -> Pfs:
+    return await start_pfs(tmp_path, aiohttp_server, aiohttp_client, pfs_settings)
 
 
 async def problem(resp: ClientResponse, status: int, code: str | None = None) -> dict[str, Any]:

@@ -151,7 +151,7 @@ async def problem(resp: aiohttp.ClientResponse, status: int, code: str) -> dict[
 
 @pytest.fixture
 async def make_platform(
-    tmp_path, aiohttp_server, aiohttp_client, request: pytest.FixtureRequest
+    tmp_path, aiohttp_server, aiohttp_client, request: pytest.FixtureRequest, pfs_settings: dict[str, Any]
 ) -> AsyncIterator[Callable[..., Any]]:
     stores: list[Store] = []
     # A module that runs these tests again on another volume names its class (PFS_VOLUME): a
@@ -160,7 +160,7 @@ async def make_platform(
     volumes: list[Any] = []
 
     async def make(root: Path | None = None, **pfs: Any) -> Platform:
-        pfs_section = {"datacenter": "dc1", "upload_expiry_seconds": EXPIRY, **pfs}
+        pfs_section = {"datacenter": "dc1", "upload_expiry_seconds": EXPIRY, **pfs_settings, **pfs}
         if root is not None:
             pfs_section["root"] = str(root)
         base = make_config(tmp_path, pfs=pfs_section, gateway={"admin_password": None})

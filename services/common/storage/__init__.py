@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..config import Config
 from .base import AbstractVolume
+from .hdfs import HdfsVolume
 from .posix import PosixVolume
 
 
@@ -13,6 +14,5 @@ def open_storage(config: Config) -> AbstractVolume:
     `pfs.hdfs` set: HDFS over WebHDFS (storage/hdfs.py); else the POSIX root `pfs.root`.
     """
     if config.pfs.hdfs is not None:
-        # HdfsVolume (storage/hdfs.py) plugs in here: return hdfs.HdfsVolume(config.pfs.hdfs, ...).
-        raise NotImplementedError("pfs.hdfs: the HDFS volume is not part of this build yet")
+        return HdfsVolume.from_config(config.pfs.hdfs)
     return PosixVolume(config.pfs.root.expanduser().resolve())

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..diskuse import DiskUse
+from ..store import Store
 from ..volume import PfsPath
 
 Kind = Literal["file", "dir", "symlink", "other"]
@@ -87,6 +88,15 @@ class Quotas(abc.ABC):
     @abc.abstractmethod
     async def settle(self, user: str, *, check: bool = False) -> None:
         """After pfs made a home: give it the quota remembered for its user."""
+
+    async def sync_all(self, store: Store) -> None:
+        """Every user's quota onto their home: the periodic pass that catches homes no
+        request of pfs's made (a job's, through a node's mount)."""
+        if not self.enabled:
+            return
+        for user in await store.list_users():
+            await self.sync(user.name, user.quota.storage_bytes)
+            await self.settle(user.name, check=True)
 
     @abc.abstractmethod
     def has_quota(self, user: str | None) -> bool:
