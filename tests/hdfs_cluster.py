@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,6 +77,27 @@ class RealHdfs:
             if exc.code == 404:
                 return None
             raise
+
+    def listdir(self, path: str) -> list[str]:
+        statuses = json.loads(self._call("GET", path, "LISTSTATUS"))["FileStatuses"]["FileStatus"]
+        return sorted(str(s["pathSuffix"]) for s in statuses)
+
+    def content_summary(self, path: str) -> dict[str, Any]:
+        summary: dict[str, Any] = json.loads(self._call("GET", path, "GETCONTENTSUMMARY"))["ContentSummary"]
+        return summary
+
+    def read(self, path: str) -> bytes:
+        return self._call("GET", path, "OPEN")
+
+    def write_as(self, user: str, path: str, data: bytes) -> None:
+        """CREATE `path` as `user` (a job writing through its node's mount), straight to WebHDFS."""
+        query = urllib.parse.urlencode({"op": "CREATE", "user.name": user, "noredirect": "true"})
+        url = f"{self.url}/webhdfs/v1{urllib.parse.quote(path)}?{query}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=30) as answer:  # noqa: S310
+            location = json.loads(answer.read())["Location"]
+        put = urllib.request.Request(location, data=data, method="PUT")  # noqa: S310
+        with urllib.request.urlopen(put, timeout=60) as answer:  # noqa: S310
+            answer.read()
 
     def fresh_root(self) -> str:
         """A new, empty directory for one test's datacenter root, writable by the platform."""

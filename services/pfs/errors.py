@@ -192,6 +192,9 @@ def refusal_for(exc: OSError, path: PfsPath | str) -> DomainError:
         return Conflict(f"{path}: a directory was moved while this call walked the tree; try again")
     if isinstance(exc, PermissionError) and exc.errno in (errno.EXDEV, errno.ELOOP):
         return PathForbidden(f"{path}: the path leads outside its area (through a symlink)")
+    if exc.errno == errno.ELOOP:
+        # A symlink met where none is followed (O_NOFOLLOW; HDFS's unresolved links).
+        return PathForbidden(f"{path}: a symlink is on the path, which PFS does not follow")
     if exc.errno in (errno.ENOENT, errno.ENOTDIR):
         return PathNotFound(f"{path}: no such file or directory")
     if exc.errno == errno.EEXIST:
