@@ -255,3 +255,57 @@ async def test_doas_keeps_homes_apart_and_bad_parts_are_refused(volume: HdfsVolu
         with pytest.raises(OSError) as refused:
             await volume.stat(PfsPath(DC, "home", "bob", (bad,)))
         assert refused.value.errno == errno.EINVAL
+
+
+async def test_a_home_appears_owned_by_its_user_never_by_the_platform(real_hdfs: RealHdfs) -> None:
+    """A request of the user's, made at any step of `ensure_home`, finds no home (a 404) or its
+    own: never the home between its MKDIRS and its SETOWNER, still the platform's and 0700,
+    which refused the user (a 403 to `ls` while the CLI's first `cp -r` made its directories).
+    Two at once both succeed and leave nothing aside."""
+    root = HdfsPath.parse(real_hdfs.fresh_root())
+    probe = root.child("home", "alice", "data")
+    seen: list[str] = []
+
+    class Watched(WebHdfs):
+        """The real client, asking as alice before each change it makes to the namespace."""
+
+        async def _as_alice(self) -> None:
+            try:
+                await self.status(probe, doas="alice")
+                seen.append("found")
+            except OSError as exc:
+                seen.append(type(exc).__name__)
+
+        async def mkdirs(
+            self, path: HdfsPath, *, permission: int | None = None, doas: str | None = None
+        ) -> None:
+            await self._as_alice()
+            await super().mkdirs(path, permission=permission, doas=doas)
+
+        async def set_owner(self, path: HdfsPath, owner: str, group: str | None = None) -> None:
+            await self._as_alice()
+            await super().set_owner(path, owner, group)
+
+        async def rename(
+            self, src: HdfsPath, dst: HdfsPath, *, overwrite: bool = False, doas: str | None = None
+        ) -> None:
+            await self._as_alice()
+            await super().rename(src, dst, overwrite=overwrite, doas=doas)
+
+    vol = HdfsVolume(
+        Watched(real_hdfs.url, real_hdfs.platform_user, timeout=30), root, proxy_users=True, replication=1
+    )
+    try:
+        await vol.check_writable()
+        await vol.ensure_home("alice")
+        await vol.client._as_alice()  # type: ignore[attr-defined]
+        assert len(seen) >= 3 and set(seen) == {"FileNotFoundError"}, seen
+        status = real_hdfs.status(f"{root.text}/home/alice")
+        assert status is not None and status["owner"] == "alice" and status["permission"] == "700"
+
+        await asyncio.gather(vol.ensure_home("bob"), vol.ensure_home("bob"))
+        status = real_hdfs.status(f"{root.text}/home/bob")
+        assert status is not None and status["owner"] == "bob" and status["permission"] == "700"
+        assert [e.name for e in await vol.client.list(root.child(".uploads"))] == []
+    finally:
+        await vol.close()

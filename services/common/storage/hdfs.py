@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import errno
 import hashlib
+import secrets
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -418,9 +419,20 @@ class HdfsVolume(AbstractVolume):
         # MKDIRS gives its mode to the parents it makes too: `home` itself must stay 0755,
         # or no user could reach their own home beneath it.
         await self.client.mkdirs(home.parent(), permission=0o755)
-        await self.client.mkdirs(home, permission=_HOME_MODE if self.proxy_users else 0o755)
-        if self.proxy_users:
-            await self.client.set_owner(home, user)
+        if not self.proxy_users:
+            await self.client.mkdirs(home, permission=0o755)
+            return
+        # Made aside in the staging directory, given to its user, then renamed into place: a
+        # request of the user's never meets the home between MKDIRS and SETOWNER, still the
+        # platform's and 0700, which refuses them. One left aside by a crash is an orphan there.
+        aside = self.root.child(".uploads", f"home-{secrets.token_hex(8)}")
+        await self.client.mkdirs(aside, permission=_HOME_MODE)
+        await self.client.set_owner(aside, user)
+        try:
+            await self.client.rename(aside, home)
+        except FileExistsError:
+            # Another request made the home meanwhile.
+            await self.client.delete(aside, recursive=False)
 
     async def list(self, path: PfsPath, *, recursive: bool, max_path_bytes: int) -> list[Entry]:
         doas = self.doas_for(path)
