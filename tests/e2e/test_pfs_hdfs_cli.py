@@ -143,10 +143,8 @@ def test_an_upload_survives_a_sigkill_of_pfs_and_the_rerun_resumes_it(
         if entries is not None and "big file.bin" in entries:
             assert entries["big file.bin"]["size"] == big, entries["big file.bin"]
 
-    # The home is made first: the checks below, run while the CLI makes its directories, would
-    # otherwise meet the home between its MKDIRS and its SETOWNER (owned by the platform, 0700:
-    # a 403 for the user), a race of HdfsVolume.ensure_home of its own.
-    ok(run_cli(server, "mkdir", "tree"))
+    # The home is made by this very copy, while the checks below look on: they must never meet
+    # it before it is the user's (HdfsVolume.ensure_home renames it into place, owned).
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
     clean["HOME"] = str(server.home)
     cli = subprocess.Popen(
