@@ -21,16 +21,14 @@ line and exits 1.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +44,6 @@ from .pfs import drop_caches_for, logged_in_server, settle, sha256_of, timed
 DEFAULT_SIZE = "1Gi"
 ROUNDS = int(os.environ.get("PADDLECLOUD_BENCH_HDFS_ROUNDS", "3"))
 CHUNK = 1 << 20
-START_TIMEOUT = 180.0
 DC = "datacenter1"
 USER = "admin"  # the server's administrator, logged in by `logged_in_server`
 
@@ -80,48 +77,6 @@ def launcher() -> Any:
             f"the HDFS minicluster is not built (nothing in {cache_root()}/hdfs-*/): run `make hdfs` first"
         )
     return hdfs_cluster
-
-
-@contextlib.contextmanager
-def minicluster(hdfs_cluster: Any, directory: Path) -> Iterator[Any]:
-    """The minicluster in one JVM, as `real_hdfs` starts it: its `RealHdfs` (url, superuser,
-    helpers); stopped (stdin closed, then SIGTERM) after."""
-    ready = directory / "ready.json"
-    log_path = directory / "minihdfs.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [
-                str(hdfs_cluster.SCRIPT),
-                "run",
-                str(directory / "data"),
-                str(ready),
-                hdfs_cluster.PLATFORM_USER,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not ready.exists():
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the HDFS minicluster exited with {process.returncode}:\n{tail}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the HDFS minicluster did not start in {START_TIMEOUT:.0f} s ({log_path})"
-                )
-            time.sleep(0.2)
-        info = json.loads(ready.read_text())
-        yield hdfs_cluster.RealHdfs(info["url"], info["superuser"], hdfs_cluster.PLATFORM_USER, process)
-    finally:
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.terminate()
-            process.wait(timeout=30)
 
 
 def make_source(path: Path, size: int) -> str:
@@ -226,7 +181,7 @@ def run(size: int) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLECLOUD_", "PADDLE_"))}
         env["HOME"] = str(work / "home")
         (work / "hdfs").mkdir()
-        with minicluster(hdfs_cluster, work / "hdfs") as hdfs:
+        with hdfs_cluster.minicluster(work / "hdfs") as hdfs:
             root = "/bench"
             hdfs.make_dir(root, owner=hdfs.platform_user)
             hdfs.make_dir(f"{root}/plain", owner=hdfs.platform_user)

@@ -9,6 +9,7 @@ that need it are skipped and say why; where it should run and does not start, th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -106,20 +107,20 @@ class RealHdfs:
         return root
 
 
-@pytest.fixture(scope="session")
-def real_hdfs() -> Iterator[RealHdfs]:
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    directory = Path(tempfile.mkdtemp(prefix="pc-hdfs-"))
+@contextlib.contextmanager
+def minicluster(directory: Path) -> Iterator[RealHdfs]:
+    """The minicluster in one JVM, its state under `directory`; stopped after (stdin closed,
+    the JVM's signal to stop cleanly; SIGKILL only if it hangs). RuntimeError if it does not
+    start. The tests' `real_hdfs` and bench/hdfs.py both start it here."""
     ready = directory / "ready.json"
-    log = (directory / "minihdfs.log").open("wb")
-    process = subprocess.Popen(
-        [str(SCRIPT), "run", str(directory / "data"), str(ready), PLATFORM_USER],
-        stdin=subprocess.PIPE,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log_path = directory / "minihdfs.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [str(SCRIPT), "run", str(directory / "data"), str(ready), PLATFORM_USER],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         waited = 0.0
         while not ready.exists():
@@ -128,14 +129,15 @@ def real_hdfs() -> Iterator[RealHdfs]:
             except subprocess.TimeoutExpired:
                 waited += 0.2
                 if waited > _START_TIMEOUT:
-                    pytest.fail(f"the HDFS minicluster did not start in {_START_TIMEOUT:.0f} s ({log.name})")
+                    raise RuntimeError(
+                        f"the HDFS minicluster did not start in {_START_TIMEOUT:.0f} s ({log_path})"
+                    ) from None
                 continue
-            tail = (directory / "minihdfs.log").read_text(errors="replace")[-3000:]
-            pytest.fail(f"the HDFS minicluster exited with {code} before it was ready:\n{tail}")
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the HDFS minicluster exited with {code} before it was ready:\n{tail}")
         info = json.loads(ready.read_text())
         yield RealHdfs(info["url"], info["superuser"], PLATFORM_USER, process)
     finally:
-        # Closing stdin is the JVM's signal to stop cleanly; SIGKILL only if it hangs.
         if process.stdin is not None:
             process.stdin.close()
         try:
@@ -143,5 +145,18 @@ def real_hdfs() -> Iterator[RealHdfs]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
+
+
+@pytest.fixture(scope="session")
+def real_hdfs() -> Iterator[RealHdfs]:
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    directory = Path(tempfile.mkdtemp(prefix="pc-hdfs-"))
+    try:
+        with minicluster(directory) as hdfs:
+            yield hdfs
+    except RuntimeError as exc:  # it did not start: the tests that need it fail, saying why
+        pytest.fail(str(exc))
+    finally:
         shutil.rmtree(directory, ignore_errors=True)
