@@ -161,11 +161,14 @@ def test_a_jobs_processes_hold_none_of_the_platforms_sockets(server_factory: Any
     while not supervisors and time.monotonic() < deadline:
         # The job's supervisor runs in its job's directory; the zygote that forked it is a
         # child of the jobs service. Neither may hold a listening socket of the services.
+        # A supervisor is a fork of the zygote in its job's directory; the zygote itself
+        # (same cmdline, its parent the jobs service) may not have gone to / yet.
         supervisors = [
             p
-            for p in psutil.process_iter(["cmdline", "cwd"])
+            for p in psutil.process_iter(["cmdline", "cwd", "ppid"])
             if "paddlecloud.jobs.local.supervisor" in " ".join(p.info["cmdline"] or [])
             and str(server.data_dir) in (p.info["cwd"] or "")
+            and p.info["ppid"] != jobs.pid
         ]
         time.sleep(0.05)
     assert supervisors, "the job's supervisor never started"
