@@ -604,14 +604,14 @@ def test_prometheus_may_reach_every_services_metrics_where_the_values_let_it() -
 
 def test_the_grafana_dashboard_ships_in_a_configmap_the_sidecar_loads() -> None:
     assert not find(render(None), "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")  # off by default
-    dashboard = one(render("grafana-values.yaml"), "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")
-    assert dashboard["metadata"]["namespace"] == "monitoring"
+    objects = render("grafana-values.yaml", "grafana.dashboard.namespace=monitoring")
+    dashboard = one(objects, "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")
+    assert dashboard["metadata"]["namespace"] == "monitoring"  # where a sidecar watches only its own
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["metadata"]["annotations"] == {"grafana_folder": "PaddleCloud"}
     shipped = json.loads(dashboard["data"]["paddlecloud.json"])
     assert shipped == json.loads((CHART / "dashboards" / "paddlecloud.json").read_text())
-    objects = render(None, "grafana.dashboard.enabled=true")
-    default = one(objects, "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")
+    default = one(render("grafana-values.yaml"), "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")
     assert default["metadata"]["namespace"] == NAMESPACE
 
 
