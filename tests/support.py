@@ -19,8 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from paddlecloud.common import internal_auth
 from paddlecloud.common.config import Config, load_config
@@ -80,6 +83,41 @@ PFS_TRAVERSALS = [
     "/etc/passwd",
     "",
 ]
+
+
+# The series a family of each type exposes (prometheus_client's exposition).
+_SERIES_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("", "_count", "_sum", "_created"),
+    "info": ("_info",),
+}
+
+
+class Scrape:
+    """One answer of a service's /metrics, read with prometheus_client's own text parser."""
+
+    def __init__(self, text: str) -> None:
+        self.families = list(text_string_to_metric_families(text))
+        self.samples: list[Sample] = [s for f in self.families for s in f.samples]
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The sample `name` with exactly these labels; None if the scrape has none."""
+        found = [s.value for s in self.samples if s.name == name and s.labels == labels]
+        assert len(found) <= 1, (name, labels, found)
+        return found[0] if found else None
+
+    def names(self) -> set[str]:
+        """Every series name the scrape's HELP and TYPE lines declare, samples or none."""
+        return {f.name + suffix for f in self.families for suffix in _SERIES_SUFFIXES.get(f.type, ("",))}
+
+
+async def scrape(url: str) -> Scrape:
+    """GET `url`/metrics (a service's own address: probes and scrapes need no signature)."""
+    async with aiohttp.ClientSession() as session, session.get(f"{url.rstrip('/')}/metrics") as resp:
+        assert resp.status == 200, await resp.text()
+        return Scrape(await resp.text())
 
 
 def config_dict(tmp_path: Path, **sections: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from paddlecloud.common.config import Config
+from paddlecloud.common.keys import METRICS_REGISTRY
 from paddlecloud.common.store import Store
 from paddlecloud.common.web import create_base_app, use_store
 
@@ -14,7 +15,8 @@ from .api import add_routes
 from .backend import BuildBackend
 from .backends import create_build_backend
 from .errors import PROBLEMS
-from .keys import BUILDER
+from .figures import BuildFigures
+from .keys import BUILDER, FIGURES
 from .service import Builder
 
 
@@ -24,6 +26,7 @@ def create_app(
     """The builder service. `store` is opened and closed by the caller when given;
     `backend` (default: the local one) is opened and closed here."""
     app = create_base_app(config, "builder", problems=PROBLEMS)
+    app[FIGURES] = BuildFigures(app[METRICS_REGISTRY])
     add_routes(app)
     app.cleanup_ctx.append(_resources(config, store, backend))
     return app
@@ -36,7 +39,7 @@ def _resources(
         async with use_store(app, config, given_store) as store:
             backend = given_backend or create_build_backend(config)
             await backend.open()
-            builder = Builder(config, store, backend)
+            builder = Builder(config, store, backend, app[FIGURES])
             app[BUILDER] = builder
             try:
                 await builder.start()

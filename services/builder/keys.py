@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .figures import BuildFigures
 from .service import Builder
 
 BUILDER = web.AppKey("builder", Builder)
+FIGURES = web.AppKey("build_figures", BuildFigures)

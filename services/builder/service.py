@@ -33,6 +33,7 @@ from typing import Any
 from uuid import uuid4
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from paddlecloud.common import errors
 from paddlecloud.common.config import Config
@@ -55,6 +56,7 @@ from .backend import (
     RegistryLogin,
 )
 from .errors import BackendFailed, BuildNotFound, RequestRefused
+from .figures import BuildFigures
 from .spec import BuildSpec, cache_key, check_requirements
 
 log = structlog.get_logger(__name__)
@@ -110,7 +112,10 @@ class Answer:
 
 
 class Builder:
-    def __init__(self, config: Config, store: Store, backend: BuildBackend) -> None:
+    def __init__(
+        self, config: Config, store: Store, backend: BuildBackend, figures: BuildFigures | None = None
+    ) -> None:
+        self._figures = figures or BuildFigures(CollectorRegistry())
         self._section = config.builder
         self._datacenter = config.pfs.datacenter
         self._store = store
@@ -210,6 +215,7 @@ class Builder:
         async with self._locked(key):
             active = await self._store.find_builds(key, BUILD_ACTIVE)
             if active:
+                self._figures.hits.inc()  # nothing is built for this request
                 own = next((b for b in active if b.owner == owner), None)
                 if own is not None:
                     return Answer(own, created=False)
@@ -227,6 +233,7 @@ class Builder:
                 return Answer(follower, created=True)
             published = await self._lookup(key, owner, touch=True)
             if published is not None:
+                self._figures.hits.inc()
                 own_builds = await self._store.find_builds(key, {SUCCEEDED})
                 mine = next((b for b in own_builds if b.owner == owner and not b.info.get("evicted")), None)
                 # A registry does not say which build pushed an image: the log of a hit
@@ -267,6 +274,7 @@ class Builder:
                 build_id=build_id,
             )
             await self._store.create_build(build)
+            self._figures.misses.inc()
             self._start_runner(replace(planned, build_id=build.id))
         log.info("build_requested", build=build.id, key=key)
         return Answer(build, created=True)
@@ -399,6 +407,7 @@ class Builder:
                 await self._store.transition_build(
                     build.id, BUILD_ACTIVE, state, reason=outcome.reason, finished_at=now, info=info
                 )
+        self._figures.finished.labels(state).inc()
         log.info(
             "build_finished", build=request.build_id, key=request.key, state=state, reason=outcome.reason
         )

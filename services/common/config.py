@@ -67,6 +67,10 @@ class ServiceSection(_Section):
     # for it (408). Streamed bodies (tus PATCH: pfs.upload_read_timeout) bound silences.
     header_timeout: float = Field(60.0, gt=0, le=3600)
     body_timeout: float = Field(60.0, gt=0, le=3600)
+    # The figures /metrics counts when scraped (jobs by state from the store, bytes stored
+    # per datacenter from the homes' usage) are counted at most once per this many
+    # seconds; scrapes in between answer the last count (docs/metrics.md, section 5).
+    metrics_cache_seconds: float = Field(15.0, ge=0, le=3600)
 
 
 # The largest quota a limit may be, per resource (an admin's PUT or the default for new

@@ -26,6 +26,7 @@ from .keys import (
     CONFIG,
     IDENTITY,
     INTERNAL_SECRET,
+    METRICS_REFRESH,
     METRICS_REGISTRY,
     PROBLEMS,
     READINESS_CHECKS,
@@ -281,6 +282,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    for refresh in request.app[METRICS_REFRESH]:
+        await refresh()
     body = generate_latest(request.app[METRICS_REGISTRY])
     response = web.Response(body=body)
     response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
@@ -320,6 +323,7 @@ def create_base_app(
     app[JSON_LIMIT] = section.max_json_body
     app[BODY_TIMEOUT] = section.body_timeout
     app[READINESS_CHECKS] = [disk_check(_data_paths(config, service))]
+    app[METRICS_REFRESH] = []
     # Services check the gateway's signature with it; the gateway signs with it.
     app[INTERNAL_SECRET] = config.internal_secret()
     app.router.add_get("/healthz", healthz)

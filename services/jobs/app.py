@@ -10,7 +10,8 @@ from aiohttp import web
 
 from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
-from paddlecloud.common.keys import READINESS_CHECKS
+from paddlecloud.common.figures import ScrapeCache
+from paddlecloud.common.keys import METRICS_REFRESH, METRICS_REGISTRY, READINESS_CHECKS
 from paddlecloud.common.storage import open_storage
 from paddlecloud.common.store import Store
 from paddlecloud.common.volume import open_volume
@@ -20,7 +21,8 @@ from .api import add_routes
 from .backend import Backend
 from .backends import create_backend, create_election
 from .errors import PROBLEMS
-from .keys import MANAGER
+from .figures import JobFigures
+from .keys import FIGURES, MANAGER
 from .leadership import LEADERSHIP, Leadership, leader_gate, readiness
 from .manager import JobManager
 from .reconcile import reconciling
@@ -32,6 +34,7 @@ def create_app(config: Config, *, store: Store | None = None) -> web.Application
     leadership = Leadership()
     app[LEADERSHIP] = leadership
     app[READINESS_CHECKS].append(readiness(leadership))
+    app[FIGURES] = JobFigures(app[METRICS_REGISTRY], leadership)
     add_routes(app)
     app.cleanup_ctx.append(_resources(config, store))
     return app
@@ -46,8 +49,12 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             root = open_volume(config)
             backend = create_backend(config, root, store)
             builder, pfs = BuilderClient(config), PfsClient(config)
-            manager = JobManager(config, store, backend, volume, builder, pfs)
+            figures = app[FIGURES]
+            manager = JobManager(config, store, backend, volume, builder, pfs, figures)
             app[MANAGER] = manager
+            count = functools.partial(figures.count, store)
+            seconds = config.jobs.metrics_cache_seconds
+            app[METRICS_REFRESH].append(ScrapeCache("jobs_by_state", count, seconds))
             leadership = app[LEADERSHIP]
             try:
                 elect = create_election(config)

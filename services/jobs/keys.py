@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .figures import JobFigures
 from .manager import JobManager
 
 MANAGER = web.AppKey("job_manager", JobManager)
+FIGURES = web.AppKey("job_figures", JobFigures)

@@ -32,6 +32,7 @@ from paddlecloud.common.store.models import ACTIVE_STATES, TERMINAL_STATES, JobE
 from .backend import Backend, LogLine, LogQuery, WorkerInfo
 from .builds import BUILD, Builds
 from .errors import JobNotFound
+from .figures import JobFigures
 from .packages import Packages
 from .quota import Quotas
 from .reconcile import Reconciler
@@ -54,11 +55,12 @@ class JobManager:
         volume: ReadVolume,
         builder: BuilderClient,
         pfs: PfsClient,
+        figures: JobFigures | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._backend = backend
-        self._records = JobRecords(store)
+        self._records = JobRecords(store, figures)
         packages = Packages(volume)
         self._quotas = Quotas(store, self._records, backend, pfs)
         self._reconciler = Reconciler(config, self._records, backend, packages)

@@ -29,6 +29,7 @@ from paddlecloud.common.store.models import (
     utcnow,
 )
 
+from .figures import JobFigures
 from .spec import JobSpec
 
 log = structlog.get_logger(__name__)
@@ -127,9 +128,13 @@ class JobRecords:
     that record them. `on_change` (the reconcile loop's) hears of every job a transition
     wrote or found changed, so what it keeps of active jobs stays current."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, figures: JobFigures | None = None) -> None:
         self._store = store
         self._on_change: Callable[[JobRecord | None], None] = lambda _: None
+        self._figures = figures
+        # When each job that waits again after its build (BUILDING -> PENDING) went back to
+        # PENDING, in this process; a job's first wait starts at its submit.
+        self._pending_since: dict[str, datetime] = {}
 
     def on_change(self, callback: Callable[[JobRecord | None], None]) -> None:
         self._on_change = callback
@@ -155,6 +160,8 @@ class JobRecords:
 
     async def create(self, record: JobRecord) -> None:
         await self._store.create_job(record.stored)
+        if self._figures is not None:
+            self._figures.submitted.inc()
 
     async def delete(self, record: JobRecord) -> None:
         await self._store.delete_job(record.id)
@@ -174,7 +181,7 @@ class JobRecords:
         """Compare-and-set the job's state (from any active state to a final one, from
         PENDING or BUILDING otherwise) with an event; None if another writer won."""
         expected = ACTIVE_STATES if state in TERMINAL_STATES else {PENDING, BUILDING}
-        stored = await self._store.transition_job(job.id, expected, state, reason=reason, **fields)
+        stored = await self._cas(job.stored, expected, state, reason=reason, **fields)
         if stored is None:
             self._on_change(await self.refresh(job))
             return None
@@ -188,7 +195,7 @@ class JobRecords:
     async def fail_stored(self, job: Job, reason: str) -> None:
         """FAILED, for an active job read from the store that nothing can run any more (its
         stored spec no longer validates, so it has no record)."""
-        stored = await self._store.transition_job(job.id, ACTIVE_STATES, FAILED, reason=reason)
+        stored = await self._cas(job, ACTIVE_STATES, FAILED, reason=reason)
         if stored is not None:
             await self._store.add_event(
                 JobEvent(
@@ -201,6 +208,32 @@ class JobRecords:
                 )
             )
             log.info("job_state_changed", job=job.name, owner=job.owner, state=FAILED, reason=reason)
+
+    async def _cas(self, job: Job, expected: Collection[str], state: str, **fields: Any) -> Job | None:
+        """The store's compare-and-set, counted: a job leaving PENDING (timed), a job ending.
+
+        Whether the job left PENDING is known from which compare-and-set won: the states
+        the caller's copy of the job suggests are tried first, and the rest only when that
+        copy was stale (a second store call, then), so one transition is timed per wait."""
+        if self._figures is None:
+            return await self._store.transition_job(job.id, expected, state, **fields)
+        pending = {PENDING} & set(expected) if state != PENDING else set()
+        first = pending if job.state == PENDING else set(expected) - pending
+        stored = await self._store.transition_job(job.id, first, state, **fields) if first else None
+        won = first
+        if stored is None and set(expected) - first:
+            won = set(expected) - first
+            stored = await self._store.transition_job(job.id, won, state, **fields)
+        if stored is None:
+            return None
+        if won & pending:
+            self._figures.left_pending(self._pending_since.pop(job.id, job.created_at))
+        if state == PENDING:
+            self._pending_since[job.id] = utcnow()
+        if state in TERMINAL_STATES:
+            self._figures.finished.labels(state).inc()
+            self._pending_since.pop(job.id, None)
+        return stored
 
     async def state_event(self, job: JobRecord, state: str, reason: str, message: str) -> None:
         await self._store.add_event(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from paddlecloud.common.config import Config
-from paddlecloud.common.keys import READINESS_CHECKS
+from paddlecloud.common.figures import ScrapeCache
+from paddlecloud.common.keys import METRICS_REFRESH, METRICS_REGISTRY, READINESS_CHECKS
 from paddlecloud.common.storage import open_storage
 from paddlecloud.common.storage.base import AbstractVolume
 from paddlecloud.common.storage.cephfs import QUOTA_SYNC_SECONDS
@@ -18,8 +20,9 @@ from paddlecloud.common.web import create_base_app, use_store
 
 from . import api, upload_api
 from .errors import PROBLEMS
+from .figures import PfsFigures
 from .files import Files
-from .keys import DATACENTER, FILES, QUOTAS, UPLOADS, VOLUME
+from .keys import DATACENTER, FIGURES, FILES, QUOTAS, UPLOADS, VOLUME
 from .uploads import GC_INTERVAL, GC_TASK, Uploads
 
 QUOTA_TASK = "pfs-quotas"
@@ -36,6 +39,7 @@ def create_app(
     """
     app = create_base_app(config, "pfs", problems=PROBLEMS)
     app[DATACENTER] = config.pfs.datacenter
+    app[FIGURES] = PfsFigures(app[METRICS_REGISTRY], config.pfs.datacenter)
     app.cleanup_ctx.append(_resources(config, store, volume))
     api.add_routes(app)
     upload_api.add_routes(app)
@@ -63,9 +67,15 @@ def _resources(
                 max_size=section.max_upload_size,
                 expiry_seconds=section.upload_expiry_seconds,
                 read_timeout=section.upload_read_timeout,
+                figures=app[FIGURES],
             )
             await uploads.load()
             app[UPLOADS] = uploads
+            figures = app[FIGURES]
+            figures.count_in_flight(uploads.in_flight)
+            stored = functools.partial(figures.count_stored, store, volume)
+            seconds = section.metrics_cache_seconds
+            app[METRICS_REFRESH].append(ScrapeCache("pfs_stored_bytes", stored, seconds))
             app[FILES] = Files(volume, store, datacenter=section.datacenter)
 
             async def collect() -> None:

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from paddlecloud.common.storage.base import AbstractVolume, Quotas
 
+from .figures import PfsFigures
 from .files import Files
 from .uploads import Uploads
 
@@ -14,3 +15,4 @@ QUOTAS = web.AppKey("pfs_quotas", Quotas)
 DATACENTER = web.AppKey("pfs_datacenter", str)
 UPLOADS = web.AppKey("pfs_uploads", Uploads)
 FILES = web.AppKey("pfs_files", Files)
+FIGURES = web.AppKey("pfs_figures", PfsFigures)

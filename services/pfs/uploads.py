@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from paddlecloud.common.errors import DomainError, Exists
 from paddlecloud.common.internal_auth import Identity
@@ -64,6 +65,7 @@ from .errors import (
     code_of,
     refusal_for,
 )
+from .figures import PfsFigures
 from .records import Record
 
 log = structlog.get_logger()
@@ -275,7 +277,9 @@ class Uploads:
         expiry_seconds: float,
         read_timeout: float,
         clock: Callable[[], float] = time.time,
+        figures: PfsFigures | None = None,
     ) -> None:
+        self.figures = figures or PfsFigures(CollectorRegistry(), datacenter)
         self.volume = volume
         self.store = store
         self.datacenter = datacenter
@@ -292,6 +296,10 @@ class Uploads:
         self._slots: dict[str, _Slot] = {}
         # Running sha256 of each upload received in this process's life: (bytes hashed, hasher).
         self._hashers: dict[str, tuple[int, Any]] = {}
+
+    def in_flight(self) -> int:
+        """How many uploads are active: created, and not complete, failed, expired or terminated."""
+        return sum(1 for record in self._records.values() if record.state == "active")
 
     async def load(self) -> None:
         records = []
@@ -720,7 +728,9 @@ class Uploads:
         cancelled: asyncio.CancelledError | None,
         **measured: Any,
     ) -> Received:
-        """What one body did, remembered (the running hash) and logged; a cancellation raised on."""
+        """What one body did, remembered (the running hash), counted and logged; a
+        cancellation raised on."""
+        self.figures.uploaded.inc(max(0, offset - start))
         if whole is not None:
             self._hashers[record.id] = (offset, whole)
         else:

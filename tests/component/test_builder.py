@@ -38,7 +38,7 @@ from paddlecloud.common.store import Job, Token, User, open_store
 from paddlecloud.common.store.models import RUNNING, SUCCEEDED, utcnow
 from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
-from support import free_port, make_config, make_wheel, make_wheelhouse
+from support import free_port, make_config, make_wheel, make_wheelhouse, scrape
 
 API = "/api/v1"
 PROBLEM = "application/problem+json"
@@ -252,6 +252,10 @@ async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(
     builds: Builds, report_figure: Any
 ) -> None:
     requirements = "tinypkg==2.0\n"
+    url = builds.config.gateway.builder_url
+    figures = await scrape(url)
+    assert figures.value("paddlecloud_build_cache_hits_total") == 0
+    assert figures.value("paddlecloud_build_cache_misses_total") == 0
     dry = await builds.call("POST", "builds", params={"dry_run": "1"}, json={"requirements": requirements})
     before = await dry.json()
     assert dry.status == 200 and set(before) == {"key", "cached"} and before["cached"] is False
@@ -259,6 +263,10 @@ async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(
     assert first["key"] == before["key"]
     built = await builds.wait(first["id"])
     assert built["state"] == "SUCCEEDED"
+    figures = await scrape(url)  # a dry run counts nothing; the build was a miss
+    assert figures.value("paddlecloud_build_cache_hits_total") == 0
+    assert figures.value("paddlecloud_build_cache_misses_total") == 1
+    assert figures.value("paddlecloud_builds_finished_total", state="SUCCEEDED") == 1
     env = Path(built["python"]).parent.parent
     stamp = (env.resolve().stat().st_ino, env.resolve().stat().st_mtime_ns)
     logs_before = sorted((builds.work_dir / "logs").iterdir())
@@ -281,6 +289,10 @@ async def test_an_identical_request_is_a_cache_hit_that_runs_no_pip(
     assert (await builds.call("GET", f"builds/{theirs['id']}/logs", "alice")).status == 404
 
     assert builds.pip_runs() == 1
+    figures = await scrape(url)  # alice's hit and bob's: nothing more was built
+    assert figures.value("paddlecloud_build_cache_hits_total") == 2
+    assert figures.value("paddlecloud_build_cache_misses_total") == 1
+    assert figures.value("paddlecloud_builds_finished_total", state="SUCCEEDED") == 1
     assert sorted((builds.work_dir / "logs").iterdir()) == logs_before
     assert (env.resolve().stat().st_ino, env.resolve().stat().st_mtime_ns) == stamp
     assert builds.envs() == [first["key"]]

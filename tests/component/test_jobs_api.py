@@ -22,17 +22,17 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from paddlecloud.common import volume
-from paddlecloud.common.keys import STORE
+from paddlecloud.common.keys import CONFIG, STORE
 from paddlecloud.common.quantity import parse_bytes
 from paddlecloud.common.store import Token, User
-from paddlecloud.common.store.models import Quota, utcnow
+from paddlecloud.common.store.models import JOB_STATES, Quota, utcnow
 from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.jobs.app import create_app as create_jobs
 from paddlecloud.jobs.keys import MANAGER
 from paddlecloud.jobs.local import backend as local_backend
 from paddlecloud.pfs.app import create_app as create_pfs
-from support import make_config, wait_until
+from support import make_config, scrape, wait_until
 
 API = "/api/v1"
 PROBLEM = "application/problem+json"
@@ -164,6 +164,36 @@ else:
     print("id file", open("trainer_id").read().strip(), flush=True)
     sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """
+
+
+async def test_metrics_count_a_job_by_state_time_pending_and_its_end(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
+    """The operators' figures (docs/metrics.md, section 5) move as a job goes through its life."""
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, metrics_cache_seconds=0)
+    url = jobs.client.app[CONFIG].gateway.jobs_url
+    before = await scrape(url)
+    assert before.value("paddlecloud_jobs_acting") == 1
+    assert [before.value("paddlecloud_jobs", state=s) for s in JOB_STATES] == [0] * len(JOB_STATES)
+    assert before.value("paddlecloud_jobs_submitted_total") == 0
+    assert before.value("paddlecloud_jobs_finished_total", state="SUCCEEDED") == 0
+    assert before.value("paddlecloud_job_pending_seconds_count") == 0
+
+    package = jobs.package({"train.py": "print('counted')\n"})
+    await jobs.submit({"name": "counted", "package": package})
+    submitted = await scrape(url)
+    assert sum(submitted.value("paddlecloud_jobs", state=s) or 0 for s in JOB_STATES) == 1
+    assert submitted.value("paddlecloud_jobs_submitted_total") == 1
+    assert (await jobs.wait("counted", ("SUCCEEDED", "FAILED")))["state"] == "SUCCEEDED"
+
+    after = await scrape(url)
+    assert after.value("paddlecloud_jobs", state="SUCCEEDED") == 1
+    assert sum(after.value("paddlecloud_jobs", state=s) or 0 for s in JOB_STATES) == 1
+    assert after.value("paddlecloud_jobs_finished_total", state="SUCCEEDED") == 1
+    assert after.value("paddlecloud_jobs_finished_total", state="FAILED") == 0
+    # Left PENDING once (for RUNNING), timed once.
+    assert after.value("paddlecloud_job_pending_seconds_count") == 1
+    assert after.value("paddlecloud_job_pending_seconds_bucket", le="+Inf") == 1
 
 
 async def test_a_job_runs_to_success_with_events_workers_and_logs(jobs: Jobs) -> None:

@@ -36,7 +36,7 @@ from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.pfs.app import create_app as create_pfs
 from paddlecloud.pfs.keys import UPLOADS
 from paddlecloud.pfs.uploads import Uploads
-from support import free_port, make_config
+from support import free_port, make_config, scrape
 
 try:
     from support import PFS_TRAVERSALS as TRAVERSALS
@@ -204,6 +204,33 @@ async def make_platform(
 @pytest.fixture
 async def platform(make_platform) -> Platform:
     return await make_platform()
+
+
+async def test_metrics_count_uploads_in_flight_bytes_uploaded_and_bytes_stored(make_platform) -> None:
+    """The operators' figures (docs/metrics.md, section 5) follow one tus upload."""
+    platform = await make_platform(metrics_cache_seconds=0)
+    url = f"http://127.0.0.1:{platform.pfs_server[0].port}"
+    alice = await platform.user("alice")
+    data = os.urandom(3 * 4096 + 100)
+    before = await scrape(url)
+    assert before.value("paddlecloud_uploads_in_flight") == 0
+    assert before.value("paddlecloud_uploaded_bytes_total") == 0
+    stored = before.value("paddlecloud_pfs_stored_bytes", datacenter="dc1")
+    assert stored is not None
+
+    upload = await platform.new_upload(alice, "/pfs/dc1/home/alice/counted.bin", len(data))
+    assert (await platform.patch(alice, upload, 0, data[:4096])).status == 204
+    during = await scrape(url)
+    assert during.value("paddlecloud_uploads_in_flight") == 1
+    assert during.value("paddlecloud_uploaded_bytes_total") == 4096
+
+    assert (await platform.patch(alice, upload, 4096, data[4096:])).status == 204
+    assert (platform.home("alice") / "counted.bin").read_bytes() == data
+    after = await scrape(url)
+    assert after.value("paddlecloud_uploads_in_flight") == 0
+    assert after.value("paddlecloud_uploaded_bytes_total") == len(data)
+    # What the home takes on the disk (allocated blocks, as quotas count it): the file at least.
+    assert (after.value("paddlecloud_pfs_stored_bytes", datacenter="dc1") or 0) >= stored + len(data)
 
 
 # The protocol's frame -----------------------------------------------------------

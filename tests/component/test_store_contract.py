@@ -418,6 +418,14 @@ async def test_list_jobs_filters_by_state(store: Store) -> None:
     assert await store.list_jobs("alice", states=[]) == ([], None)
 
 
+async def test_count_jobs_by_state(store: Store) -> None:
+    assert await store.count_jobs_by_state() == {}
+    states = [PENDING, RUNNING, RUNNING, SUCCEEDED, SUCCEEDED, SUCCEEDED]
+    for i, state in enumerate(states):
+        await store.create_job(make_job("alice" if i % 2 else "bob", f"job-{i}", state=state))
+    assert await store.count_jobs_by_state() == {PENDING: 1, RUNNING: 2, SUCCEEDED: 3}
+
+
 async def test_states_must_not_be_a_bare_string(store: Store) -> None:
     with pytest.raises(TypeError):
         await store.list_jobs("alice", states=RUNNING)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -582,6 +583,36 @@ def test_network_policies() -> None:
     assert callers("mongodb") == ["builder", "gateway", "jobs", "pfs"]
     gateway = one(render("ingress-tls-values.yaml"), "NetworkPolicy", f"{RELEASE}-paddlecloud-gateway")
     assert gateway["spec"]["ingress"][0]["from"][0]["namespaceSelector"]
+
+
+def test_prometheus_may_reach_every_services_metrics_where_the_values_let_it() -> None:
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    scrape = {"ports": [{"port": "http", "protocol": "TCP"}], "from": [monitoring]}
+    only_ingress = "networkPolicy.gatewayFrom[0].podSelector.matchLabels.ingress=yes"
+    for values, sets in ((None, ()), ("grafana-values.yaml", ()), ("grafana-values.yaml", (only_ingress,))):
+        objects = render(values, *sets)
+        for component in SERVICES:
+            rules = one(objects, "NetworkPolicy", f"{RELEASE}-paddlecloud-{component}")["spec"]["ingress"]
+            # A gateway open to anyone needs no rule of its own for Prometheus.
+            opened = values is not None and (component != "gateway" or bool(sets))
+            assert [r for r in rules if r.get("from") == [monitoring]] == ([scrape] if opened else []), (
+                component
+            )
+        (mongodb,) = one(objects, "NetworkPolicy", f"{RELEASE}-paddlecloud-mongodb")["spec"]["ingress"]
+        assert monitoring not in mongodb["from"]
+
+
+def test_the_grafana_dashboard_ships_in_a_configmap_the_sidecar_loads() -> None:
+    assert not find(render(None), "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")  # off by default
+    objects = render("grafana-values.yaml", "grafana.dashboard.namespace=monitoring")
+    dashboard = one(objects, "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")
+    assert dashboard["metadata"]["namespace"] == "monitoring"  # where a sidecar watches only its own
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "PaddleCloud"}
+    shipped = json.loads(dashboard["data"]["paddlecloud.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "paddlecloud.json").read_text())
+    default = one(render("grafana-values.yaml"), "ConfigMap", f"{RELEASE}-paddlecloud-grafana-dashboard")
+    assert default["metadata"]["namespace"] == NAMESPACE
 
 
 def test_two_jobs_replicas_elect_one_leader_by_a_lease_only_they_may_renew(tmp_path: Path) -> None:

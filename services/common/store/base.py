@@ -111,6 +111,11 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def count_jobs_by_state(self) -> dict[str, int]:
+        """How many jobs of every owner the store holds in each state (states with none
+        left out): the operators' `paddlecloud_jobs` figure, read from indexes, not rows."""
+
+    @abc.abstractmethod
     async def transition_job(
         self, job_id: str, expected: Collection[str], state: str, **fields: Any
     ) -> Job | None:

@@ -22,6 +22,7 @@ from .base import AlreadyExists, Store, StoreError
 from .models import (
     BUILD_MUTABLE_FIELDS,
     JOB_MUTABLE_FIELDS,
+    JOB_STATES,
     Build,
     Job,
     JobEvent,
@@ -311,6 +312,17 @@ class MongoStore(Store):
         if len(docs) > limit:
             next_cursor = _encode_cursor(page[-1]["created_at"], page[-1]["id"])
         return [_job(doc) for doc in page], next_cursor
+
+    async def count_jobs_by_state(self) -> dict[str, int]:
+        # One count per known state, each a range of the (state, created_at, id) index;
+        # a state no job is in is left out, as SQLite's GROUP BY leaves it out.
+        counts: dict[str, int] = {}
+        with _errors():
+            for state in JOB_STATES:
+                count = await self._collection("jobs").count_documents({"state": state})
+                if count:
+                    counts[state] = count
+        return counts
 
     async def transition_job(
         self, job_id: str, expected: Collection[str], state: str, **fields: Any
