@@ -81,4 +81,7 @@ def test_a_job_that_logs_50_steps_shows_50_points_live_and_after_it_ended(
 
     # Mistakes: one line and a non-zero exit.
     assert "no job named 'nosuch'" in one_error_line(run_cli(server, "metrics", "nosuch"))
+    assert "tag: a tag is 1 to 256 characters" in one_error_line(
+        run_cli(server, "metrics", "curves", "--tag", "")
+    )
     assert "-o csv is only for" in one_error_line(run_cli(server, "-o", "csv", "get", "jobs"), code=2)

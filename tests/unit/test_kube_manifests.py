@@ -555,6 +555,12 @@ def test_registry_credentials_become_a_dockerconfigjson_secret() -> None:
     assert "s3cr" not in json.dumps(shown)
     assert one(shown, "Secret")["data"] == {".dockerconfigjson": "<redacted>"}
     assert one(manifests.all_objects(plan), "Secret")["data"] == secret["data"], "redacted copies"
+    # The SDK's source is named, not printed; the spec is printed as it is.
+    owner, printed = one(manifests.all_objects(plan), "ConfigMap"), one(shown, "ConfigMap")
+    assert printed["data"]["sdk-metrics.py"] == (
+        f"<the SDK's paddlecloud/metrics.py, {len(owner['data']['sdk-metrics.py'])} characters>"
+    )
+    assert printed["data"][manifests.SPEC_KEY] == owner["data"][manifests.SPEC_KEY]
 
 
 @pytest.mark.parametrize(

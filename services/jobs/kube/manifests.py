@@ -364,11 +364,17 @@ def all_objects(plan: JobPlan) -> list[dict[str, Any]]:
 
 
 def redacted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`objects` with every Secret's data replaced by a placeholder, for printing."""
+    """`objects` with every Secret's data replaced by a placeholder, for printing, and the
+    SDK's source files in the owner ConfigMap by a line that names them (a dry run's YAML
+    would otherwise be mostly platform code)."""
     shown = []
     for obj in objects:
+        data = obj.get("data") or {}
         if obj.get("kind") == "Secret":
-            obj = {**obj, "data": dict.fromkeys(obj.get("data", {}), "<redacted>")}
+            obj = {**obj, "data": dict.fromkeys(data, "<redacted>")}
+        elif obj.get("kind") == "ConfigMap" and SDK_KEYS.keys() <= data.keys():
+            sdk_files = {key: f"<the SDK's {SDK_KEYS[key]}, {len(data[key])} characters>" for key in SDK_KEYS}
+            obj = {**obj, "data": data | sdk_files}
         shown.append(obj)
     return shown
 
