@@ -14,7 +14,7 @@ Everything a job wrote is untrusted input to this root service. The protobuf is 
 here by a few lines of wire-format reading rather than by the `tensorboard` or `protobuf`
 packages: pure Python over bytes cannot overrun memory, every length is checked against
 what is left, and the whole read is bounded (`MAX_FILES` files, `MAX_FILE_BYTES` from
-each, newest bytes first, `MAX_TOTAL_BYTES` in all, `MAX_DIRS` directories listed). What
+each, `MAX_TOTAL_BYTES` in all, `MAX_DIRS` directories listed, `MAX_SERIES` series). What
 is cut or skipped is said in the answer's `warnings`, never a failure. A malformed line or
 record is skipped; a symlink is never followed (a `metrics` that is one is refused). CRCs
 of TFRecords are not checked (crc32c is not in the standard library); a record's length is.
@@ -53,6 +53,8 @@ MAX_FILES = 64
 MAX_FILE_BYTES = 8 * 2**20
 MAX_TOTAL_BYTES = 32 * 2**20
 MAX_POINTS = 2000
+# The answer's size: at most this many series (by source, worker, tag), of MAX_POINTS each.
+MAX_SERIES = 500
 # How far below the output TensorBoard's files are looked for, and how many directories.
 MAX_DEPTH = 3
 MAX_DIRS = 200
@@ -129,7 +131,7 @@ async def read_scalars(volume: ReadVolume, output: PfsPath, tags: Sequence[str] 
             found.warnings.append(f"more than {MAX_FILES} files hold scalars: the rest were not read")
             break
         budget.files -= 1
-        data = await _read(volume, path, budget, found.warnings)
+        data = await _read(volume, path, _relative(path, output), budget, found.warnings)
         if data is None:
             continue
         parse = _parse_sdk if source == "sdk" else _parse_tfevents
@@ -143,7 +145,12 @@ async def read_scalars(volume: ReadVolume, output: PfsPath, tags: Sequence[str] 
             if key not in series:
                 series[key] = Series(worker, source, tag)
             series[key].add(step, wall_time, value)
-    found.series = [series[key].downsampled() for key in sorted(series)]
+    kept = sorted(series)[:MAX_SERIES]
+    if len(series) > MAX_SERIES:
+        found.warnings.append(
+            f"{len(series)} series: only the first {MAX_SERIES} are shown (ask for some with tag)"
+        )
+    found.series = [series[key].downsampled() for key in kept]
     return found
 
 
@@ -214,7 +221,9 @@ async def _listing(volume: ReadVolume, path: PfsPath) -> list[Entry]:
     return sorted((e for e in entries if e.path != path.text), key=lambda e: e.name)
 
 
-async def _read(volume: ReadVolume, path: PfsPath, budget: _Budget, warnings: list[str]) -> bytes | None:
+async def _read(
+    volume: ReadVolume, path: PfsPath, shown: str, budget: _Budget, warnings: list[str]
+) -> bytes | None:
     """The file's bytes within the budget, None if it cannot be read. An SDK file too long is
     read from its end (the newest points), from its first whole line; a TensorBoard file from
     its start, since a record cut at its front has no marker to find the next one by."""
@@ -231,12 +240,12 @@ async def _read(volume: ReadVolume, path: PfsPath, budget: _Budget, warnings: li
         size = download.stat.size
         length = min(size, MAX_FILE_BYTES, budget.bytes)
         if length == 0 and size:
-            warnings.append(f"{path.name}: not read, {MAX_TOTAL_BYTES} bytes were read already")
+            warnings.append(f"{shown}: not read, {MAX_TOTAL_BYTES} bytes were read already")
             return None
         tail = not path.name.startswith(TFEVENTS_PREFIX)
         if length < size:
             part = "last" if tail else "first"
-            warnings.append(f"{path.name}: only its {part} {length} of {size} bytes were read")
+            warnings.append(f"{shown}: only its {part} {length} of {size} bytes were read")
         budget.bytes -= length
         out = bytearray()
         async for chunk in download.chunks(size - length if tail else 0, length):

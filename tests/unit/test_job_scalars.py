@@ -123,7 +123,7 @@ async def test_the_caps_bound_what_is_read_and_say_so(
     assert newest.step[-1] == 4999 and 0 < len(newest.step) <= 1000 // len(line.format(4999))
     assert newest.step == list(range(newest.step[0], 5000))
     assert found.warnings == [
-        f"trainer-0.jsonl: only its last 1000 of {len(text)} bytes were read",
+        f"metrics/trainer-0.jsonl: only its last 1000 of {len(text)} bytes were read",
         "more than 3 files hold scalars: the rest were not read",
     ]
 
@@ -133,6 +133,12 @@ async def test_the_caps_bound_what_is_read_and_say_so(
     assert len(long.step) == scalars.MAX_POINTS
     assert long.step[0] == 0 and long.step[-1] == 4999
     assert long.step == sorted(long.step)
+
+    # As many series as the answer may hold, and a word about the rest.
+    monkeypatch.setattr(scalars, "MAX_SERIES", 2)
+    found = await read_scalars(volume, OUTPUT)
+    assert [s.worker for s in found.series] == ["trainer-0", "trainer-1"]
+    assert found.warnings[-1] == "3 series: only the first 2 are shown (ask for some with tag)"  # of 3 files
 
 
 async def test_tensorboard_scalars_of_a_real_writer_are_read_per_run(
