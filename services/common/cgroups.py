@@ -163,10 +163,9 @@ class Hierarchy:
             stat = memory.keyed("memory.stat")
             inactive = stat.get("total_inactive_file", stat.get("inactive_file", 0))
             limit = memory.number("memory.limit_in_bytes")
-        cpu_ns = None
-        if len(groups) > 3:
-            with _Group.open(groups[3]) as cpuacct:
-                cpu_ns = None if cpuacct is None else cpuacct.number("cpuacct.usage")
+        # cpuacct's own group where it has a mount of its own, else the cpu group (`cpu,cpuacct`).
+        with _Group.open(groups[3] if len(groups) > 3 else groups[1]) as cpuacct:
+            cpu_ns = None if cpuacct is None else cpuacct.number("cpuacct.usage")
         return Stats(
             cpu_ns,
             None if usage is None else max(usage - inactive, 0),

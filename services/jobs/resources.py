@@ -2,8 +2,8 @@
 
 Every `jobs.metrics.interval` seconds the sampler asks the backend what each active job's
 running workers use (`Backend.usage`: cgroups and nvidia-smi on one machine, the metrics
-API on Kubernetes) and appends it to the job's series, one per worker. A series keeps at
-most `MAX_POINTS` points: when full, neighbouring pairs merge into one (the max of memory
+API on Kubernetes) and appends it to the job's series, one per worker. A series keeps
+fewer than `MAX_POINTS` points: when it reaches them, neighbouring pairs merge into one (the max of memory
 and GPU memory, so a peak is never averaged away; the mean of CPU and GPU utilisation,
 which are rates) and from then on each point stands for twice as many samples. The series
 go to the store (one record per worker, deleted with the job) every `FLUSH_SECONDS` and
@@ -31,8 +31,9 @@ from .records import JobRecord
 
 log = structlog.get_logger(__name__)
 
-# Points per worker: an hour at the default 5 s before the first merge; after that the
-# whole run at a coarser step. At most POINT_BYTES each as stored JSON (a test checks).
+# Points per worker (fewer than): an hour at the default 5 s before the first merge; after
+# that the whole run at a coarser step. At most POINT_BYTES each as stored JSON (a test
+# checks), so a worker's record stays under 46 KB.
 MAX_POINTS = 720
 POINT_BYTES = 64
 FLUSH_SECONDS = 30.0
@@ -97,7 +98,7 @@ class WorkerSeries:
         self.pending = []
         for column in COLUMNS:
             self.columns[column].append(point[column])
-        if len(self) > MAX_POINTS:
+        if len(self) >= MAX_POINTS:  # even: every pair merges, so points stay evenly spaced
             self._halve()
 
     def _halve(self) -> None:
