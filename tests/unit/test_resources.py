@@ -3,6 +3,7 @@ nvidia-smi's answer, and the downsampling that bounds what a job keeps."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -114,7 +115,7 @@ def test_a_long_series_is_halved_keeping_memory_peaks_and_cpu_means() -> None:
     assert set(series.columns["cpu_cores"]) == {2.0}  # utilisation is averaged
     times = series.columns["t"]
     assert times == sorted(times) and times[0] == 1795000000.0
-    assert all(b - a == 5 * 8 for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a == 5 * 8 for a, b in itertools.pairwise(times))
     assert series.columns["gpu_utilization"] == [None] * len(series)  # unknown stays unknown
     # The job's end settles what is pending.
     before = len(series)
