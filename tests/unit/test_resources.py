@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 from paddlecloud.common.cgroups import Hierarchy, Limits
-from paddlecloud.jobs.backend import WorkerUsage
+from paddlecloud.jobs.backend import PlannedWorker, WorkerUsage
+from paddlecloud.jobs.kube.usage import cpu_cores, worker_usage
 from paddlecloud.jobs.local.usage import gpu_figures, parse_nvidia_smi
 from paddlecloud.jobs.resources import MAX_POINTS, POINT_BYTES, WorkerSeries, finite_since
 
@@ -152,3 +153,28 @@ def test_since_answers_only_later_points() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} was taken")
+
+
+def test_pod_metrics_are_each_workers_sum_over_its_containers() -> None:
+    items = [
+        {
+            "metadata": {"name": "mnist-trainer-0-abcde"},
+            "containers": [
+                {"name": "trainer", "usage": {"cpu": "1500000000n", "memory": "200Mi"}},
+                {"name": "sidecar", "usage": {"cpu": "250m", "memory": "1024Ki"}},
+            ],
+        },
+        {"metadata": {"name": "mnist-pserver-0"}, "containers": [{"usage": {"cpu": "2", "memory": "bad"}}]},
+        {"metadata": {"name": "someone-elses"}, "containers": [{"usage": {"cpu": "1", "memory": "1Gi"}}]},
+    ]
+    pods = {"mnist-trainer-0-abcde": "trainer-0", "mnist-pserver-0": "pserver-0"}
+    planned = [
+        PlannedWorker("trainer-0", "TRAINER", 0, "1", "2Gi", 0),
+        PlannedWorker("pserver-0", "PSERVER", 0, "1", "1Gi", 0),
+    ]
+    trainer, pserver = worker_usage(items, pods, planned)
+    assert trainer == WorkerUsage(
+        "trainer-0", cpu_cores=1.75, memory_bytes=201 * MiB, memory_limit_bytes=2**30 * 2
+    )
+    assert pserver == WorkerUsage("pserver-0", cpu_cores=2.0, memory_bytes=None, memory_limit_bytes=2**30)
+    assert [cpu_cores(q) for q in ("12u", "", "x")] == [0.000012, None, None]
