@@ -52,17 +52,17 @@ def worker_usage(
     found = []
     for item in items:
         worker = workers_of_pods.get(str((item.get("metadata") or {}).get("name") or ""))
-        if worker is None:
-            continue
-        usage = [c.get("usage") or {} for c in item.get("containers") or () if isinstance(c, Mapping)]
-        cpus = [c for c in (cpu_cores(u.get("cpu")) for u in usage) if c is not None]
-        memory = [m for m in (memory_bytes(u.get("memory")) for u in usage) if m is not None]
-        found.append(
-            WorkerUsage(
-                worker,
-                cpu_cores=round(sum(cpus), 3) if cpus else None,
-                memory_bytes=sum(memory) if memory else None,
-                memory_limit_bytes=limits.get(worker),
+        if worker is not None:
+            cpu, memory = _summed(item.get("containers") or ())
+            found.append(
+                WorkerUsage(worker, cpu_cores=cpu, memory_bytes=memory, memory_limit_bytes=limits.get(worker))
             )
-        )
     return found
+
+
+def _summed(containers: Iterable[Any]) -> tuple[float | None, int | None]:
+    """CPU cores and memory over a pod's containers; None where none says."""
+    usage = [c.get("usage") or {} for c in containers if isinstance(c, Mapping)]
+    cpus = [c for c in (cpu_cores(u.get("cpu")) for u in usage) if c is not None]
+    memory = [m for m in (memory_bytes(u.get("memory")) for u in usage) if m is not None]
+    return (round(sum(cpus), 3) if cpus else None, sum(memory) if memory else None)
