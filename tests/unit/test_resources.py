@@ -101,6 +101,19 @@ def test_nvidia_smi_figures_per_worker() -> None:
     assert gpu_figures(["7"], gpus) == (None, None)  # not listed: unknown, not zero
 
 
+# Captured from a real H200 (driver's nvidia-smi, the same query) while torch held 4 GiB
+# and multiplied matrices on it; and `nvidia-smi -L` there, whose numbering jobs.gpus uses.
+H200_BUSY = "0, 100, 5491\n"
+H200_LIST = "GPU 0: NVIDIA H200 (UUID: GPU-451d3400-b6da-2214-bbce-6ad2c54a2646)\n"
+
+
+def test_a_real_nvidia_smi_answer_is_read_with_the_numbering_of_its_list() -> None:
+    gpus = parse_nvidia_smi(H200_BUSY)
+    assert gpus == {"0": (100.0, 5491 * MiB)}
+    index = H200_LIST.split(":", 1)[0].removeprefix("GPU ")  # as gpus.discover numbers them
+    assert gpu_figures([index], gpus) == (100.0, 5491 * MiB)
+
+
 def sample(cpu: float | None, memory: int | None) -> WorkerUsage:
     return WorkerUsage("trainer-0", cpu_cores=cpu, memory_bytes=memory, memory_limit_bytes=2**30)
 
