@@ -24,8 +24,9 @@ from paddlecloud.common.web import (
 )
 
 from .backend import LogQuery
-from .keys import MANAGER
+from .keys import MANAGER, VIEWERS
 from .spec import RegistrySpec, parse_submission
+from .viewer_proxy import relay
 from .views import DryRun, dry_run_view, event_view, job_view, registry_view
 
 MAX_LIST_LIMIT = 500
@@ -40,6 +41,10 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{name}/workers", get_workers)
     app.router.add_get("/api/v1/jobs/{name}/events", get_events)
     app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
+    # A job's TensorBoard or VisualDL, and everything below it (viewer_proxy.py).
+    viewer_path = "/api/v1/jobs/{name}/{kind:tensorboard|visualdl}{tail:(/.*)?}"
+    app.router.add_get(viewer_path, viewer)
+    app.router.add_post(viewer_path, viewer)
     app.router.add_get("/api/v1/quota", get_quota)
     # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
     app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
@@ -133,12 +138,37 @@ async def get_events(request: web.Request) -> web.Response:
 async def kill_job(request: web.Request) -> web.Response:
     remove = query_flag(request, "rm")
     manager = request.app[MANAGER]
+    if remove:
+        # Its viewers go with it (what they serve is the job's, and a new job may take its name).
+        await request.app[VIEWERS].stop_job(
+            (await manager.get(_owner(request), request.match_info["name"])).id
+        )
     job = await manager.kill(
         request[IDENTITY], request.match_info["name"], remove=remove, owner=_owner(request)
     )
     if job is None:
         return web.Response(status=204)
     return json_response(job_view(job))
+
+
+async def viewer(request: web.Request) -> web.StreamResponse:
+    """The job's own viewer, for its owner only: it serves the owner's private files, so an
+    administrator naming `?user=` is refused too (403), and another user's job is a 404."""
+    identity = request[IDENTITY]
+    user = request.query.get("user")
+    if user is not None and user != identity.user:
+        message = (
+            f"a job's {request.match_info['kind']} shows its owner's private files: only its owner "
+            f"may open it, and {user[:40]!r} is not you (administrators included)"
+        )
+        raise errors.FORBIDDEN(f"user: {message}", errors=[{"field": "user", "message": message}])
+    manager, kind = request.app[MANAGER], request.match_info["kind"]
+    job = await manager.get(identity.user, request.match_info["name"])
+    viewers = request.app[VIEWERS]
+    viewers.interpreter(kind)  # refused before anything is resolved when not offered
+    prefix = f"/api/v1/jobs/{job.name}/{kind}"
+    async with viewers.use(job, kind, manager.output(job), prefix) as upstream:
+        return await relay(request, upstream)
 
 
 async def forget_user(request: web.Request) -> web.Response:

@@ -20,10 +20,11 @@ from .api import add_routes
 from .backend import Backend
 from .backends import create_backend, create_election
 from .errors import PROBLEMS
-from .keys import MANAGER
+from .keys import MANAGER, VIEWERS
 from .leadership import LEADERSHIP, Leadership, leader_gate, readiness
 from .manager import JobManager
 from .reconcile import reconciling
+from .viewers import Viewers
 
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
@@ -48,15 +49,17 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             builder, pfs = BuilderClient(config), PfsClient(config)
             manager = JobManager(config, store, backend, volume, builder, pfs)
             app[MANAGER] = manager
+            viewers = Viewers(config.jobs.viewers, backend)
+            app[VIEWERS] = viewers
             leadership = app[LEADERSHIP]
             try:
                 elect = create_election(config)
                 if elect is not None:
                     # Serving at once (probes, 503s); acting once this replica is elected.
-                    async with elect(leadership, functools.partial(_acting, backend, manager)):
+                    async with elect(leadership, functools.partial(_acting, backend, manager, viewers)):
                         yield
                 else:
-                    async with _acting(backend, manager):
+                    async with _acting(backend, manager, viewers):
                         leadership.acting = True
                         yield
             finally:
@@ -68,12 +71,16 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
 
 
 @contextlib.asynccontextmanager
-async def _acting(backend: Backend, manager: JobManager) -> AsyncIterator[None]:
+async def _acting(backend: Backend, manager: JobManager, viewers: Viewers) -> AsyncIterator[None]:
     """What the acting service does for the block's duration: the backend open (its
-    watches), the jobs the store calls active re-attached, the reconcile loop running."""
+    watches), the jobs the store calls active re-attached, the reconcile loop running;
+    the jobs' viewers stopped at its end, before the backend closes (none outlives it)."""
     await backend.open()
     try:
         async with reconciling(manager):
-            yield
+            try:
+                yield
+            finally:
+                await viewers.close()
     finally:
         await backend.close()

@@ -2,7 +2,7 @@
 
 The jobs service runs this file with the viewer's interpreter (`jobs.viewers.tensorboard`
 or `jobs.viewers.visualdl`: an environment of its own, which has the viewer's package and
-not the platform's), as `python -I viewer_serve.py KIND LOGDIR SOCKET PREFIX`, inside a
+not the platform's), as `python -I viewer_serve.py KIND LOGDIR FD PREFIX`, inside a
 sandbox with no network at all. A UNIX socket in a directory that only root and the
 job's user can reach means no TCP port anyone else on the machine could connect to; the
 viewer's pages carry PREFIX (TensorBoard's `--path_prefix`, VisualDL's `--public-path`) so
@@ -13,7 +13,6 @@ viewer's package (and werkzeug, which both bring) only: `-I` keeps this director
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from typing import Any
@@ -40,19 +39,26 @@ def visualdl_app(logdir: str, prefix: str) -> Any:
     # telemetry off: VisualDL would otherwise phone home; no component_tabs: some of them
     # run `pip install` when chosen.
     args = ParseArgs(logdir=[logdir], public_path=prefix, telemetry=False, host="localhost", port=0)
-    return server.create_app(args)
+    app = server.create_app(args)
+
+    def with_language(environ: dict[str, Any], start_response: Any) -> Any:
+        # VisualDL 2.5.3 picks its language from Accept-Language only and fails (a 500) on
+        # its pages without one (a cookie of None): a client that names none gets English.
+        environ.setdefault("HTTP_ACCEPT_LANGUAGE", "en")
+        return app(environ, start_response)
+
+    return with_language
 
 
 def main(argv: list[str]) -> int:
-    kind, logdir, sock, prefix = argv
+    kind, logdir, fd, prefix = argv
     from werkzeug.serving import make_server
 
     app = tensorboard_app(logdir, prefix) if kind == "tensorboard" else visualdl_app(logdir, prefix)
-    with_suffix = sock + ".starting"
-    server = make_server(f"unix://{with_suffix}", 0, app, threaded=True)
-    # Renamed into place once listening: the service waits for the name, never for a
-    # socket that exists but does not accept yet.
-    os.rename(with_suffix, sock)
+    # The service made the socket, listening, in a directory of its own, and handed it
+    # over: nothing in the sandbox can name another socket for it to connect to, and
+    # requests that came meanwhile wait in its backlog.
+    server = make_server("unix://viewer", 0, app, threaded=True, fd=int(fd))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.serve_forever()
     return 0
