@@ -103,19 +103,38 @@ def forward(server: Any, kind: str, job: str) -> tuple[subprocess.Popen[str], st
     return process, line.split()[-4]
 
 
-@pytest.fixture
-def platform(server_factory: Any, tmp_path: Path) -> Any:
+def start_platform(server_factory: Any, tmp_path: Path, **settings: Any) -> Any:
+    """A server offering both viewers (with `settings` besides), and users alice and bob."""
     missing = [str(p) for p in PYTHONS.values() if not p.exists()]
     if missing:
         pytest.skip(f"the real viewers are not installed ({', '.join(missing)}): run `make viewers`")
-    settings = tmp_path / "paddlecloud.yaml"
-    viewers = {"tensorboard": str(PYTHONS["tensorboard"]), "visualdl": str(PYTHONS["visualdl"])}
-    settings.write_text(json.dumps({"jobs": {"viewers": viewers}}))
-    server = server_factory("--server-config", str(settings))
+    path = tmp_path / "paddlecloud.yaml"
+    viewers = {"tensorboard": str(PYTHONS["tensorboard"]), "visualdl": str(PYTHONS["visualdl"]), **settings}
+    path.write_text(json.dumps({"jobs": {"viewers": viewers}}))
+    server = server_factory("--server-config", str(path))
     for user in ("alice", "bob"):
         server.cli("users", "create", user, "--password-stdin", stdin=f"{user}-password\n")
         server.add_datacenter(f"as-{user}", user, f"{user}-password")
     return server
+
+
+@pytest.fixture
+def platform(server_factory: Any, tmp_path: Path) -> Any:
+    return start_platform(server_factory, tmp_path)
+
+
+def submit(server: Any, tmp_path: Path, job: str) -> None:
+    package = tmp_path / "package"
+    package.mkdir(exist_ok=True)
+    (package / "train.py").write_text("print('trained')\n")
+    server.cli("--datacenter", "as-alice", "submit", "-f", "--name", job, str(package))
+
+
+def wait_until_gone(job: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while viewer_processes(job):
+        assert time.monotonic() < deadline, "the viewer was never stopped"
+        time.sleep(0.2)
 
 
 def test_tensorboard_and_visualdl_serve_the_owners_scalars_and_refuse_everyone_else(
@@ -124,10 +143,7 @@ def test_tensorboard_and_visualdl_serve_the_owners_scalars_and_refuse_everyone_e
     server = platform
     alice = ("--datacenter", "as-alice")
     job = f"viewed-{os.getpid()}"
-    package = tmp_path / "package"
-    package.mkdir()
-    (package / "train.py").write_text("print('trained')\n")
-    server.cli(*alice, "submit", "-f", "--name", job, str(package))
+    submit(server, tmp_path, job)
 
     # The scalars, written by the real writers, copied into the job's output on PFS.
     logs = tmp_path / "logs"
@@ -185,6 +201,18 @@ def test_tensorboard_and_visualdl_serve_the_owners_scalars_and_refuse_everyone_e
     running = viewer_processes(job)
     kinds = {kind for p in running for kind in PYTHONS if kind in (p.info["cmdline"] or [])}
     assert kinds == set(PYTHONS), [p.info["cmdline"] for p in running]
+    # Removing the job stops its viewers at once.
+    server.cli(*alice, "kill", "-rm", job)
+    assert not viewer_processes(job)
+
+    # A viewer running when the server stops goes with it.
+    submit(server, tmp_path, job)
+    assert (
+        http(f"{server.endpoint}/api/v1/jobs/{job}/tensorboard/data/runs", token_of(server, "alice"))[0]
+        == 200
+    )
+    running = viewer_processes(job)
+    assert running
     server.stop()
     _, alive = psutil.wait_procs(running, timeout=30)
     assert not alive, f"viewers outlived the server: {[p.pid for p in alive]}"
@@ -199,3 +227,18 @@ def server_token(server: Any) -> str:
     )
     with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
         return str(json.loads(answer.read())["token"])
+
+
+def test_an_idle_viewer_is_stopped_started_again_on_request_and_stopped_with_its_job(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    server = start_platform(server_factory, tmp_path, idle_seconds=1)
+    job = f"idle-{os.getpid()}"
+    submit(server, tmp_path, job)
+    url = f"{server.endpoint}/api/v1/jobs/{job}/tensorboard/data/runs"
+    alice = token_of(server, "alice")
+    assert http(url, alice) == (200, [])
+    assert viewer_processes(job)
+    wait_until_gone(job)  # nobody asked for a second
+    assert http(url, alice) == (200, [])  # started again
+    assert viewer_processes(job)
