@@ -7,6 +7,8 @@ shows as problems."""
 
 from __future__ import annotations
 
+import functools
+
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -27,6 +29,7 @@ from .backend import LogQuery
 from .keys import MANAGER, VIEWERS
 from .spec import RegistrySpec, parse_submission
 from .viewer_proxy import relay
+from .viewers import KINDS
 from .views import DryRun, dry_run_view, event_view, job_view, registry_view
 
 MAX_LIST_LIMIT = 500
@@ -42,9 +45,10 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{name}/events", get_events)
     app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
     # A job's TensorBoard or VisualDL, and everything below it (viewer_proxy.py).
-    viewer_path = "/api/v1/jobs/{name}/{kind:tensorboard|visualdl}{tail:(/.*)?}"
-    app.router.add_get(viewer_path, viewer)
-    app.router.add_post(viewer_path, viewer)
+    for kind in KINDS:
+        viewer_path = f"/api/v1/jobs/{{name}}/{kind}{{tail:(/.*)?}}"
+        app.router.add_get(viewer_path, functools.partial(viewer, kind=kind))
+        app.router.add_post(viewer_path, functools.partial(viewer, kind=kind))
     app.router.add_get("/api/v1/quota", get_quota)
     # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
     app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
@@ -151,18 +155,18 @@ async def kill_job(request: web.Request) -> web.Response:
     return json_response(job_view(job))
 
 
-async def viewer(request: web.Request) -> web.StreamResponse:
+async def viewer(request: web.Request, *, kind: str) -> web.StreamResponse:
     """The job's own viewer, for its owner only: it serves the owner's private files, so an
     administrator naming `?user=` is refused too (403), and another user's job is a 404."""
     identity = request[IDENTITY]
     user = request.query.get("user")
     if user is not None and user != identity.user:
         message = (
-            f"a job's {request.match_info['kind']} shows its owner's private files: only its owner "
+            f"a job's {kind} shows its owner's private files: only its owner "
             f"may open it, and {user[:40]!r} is not you (administrators included)"
         )
         raise errors.FORBIDDEN(f"user: {message}", errors=[{"field": "user", "message": message}])
-    manager, kind = request.app[MANAGER], request.match_info["kind"]
+    manager = request.app[MANAGER]
     job = await manager.get(identity.user, request.match_info["name"])
     viewers = request.app[VIEWERS]
     viewers.interpreter(kind)  # refused before anything is resolved when not offered
