@@ -117,6 +117,8 @@ class Viewers:
         """Stop the job's viewers (it was removed)."""
         for key in [k for k in self._running if k[0] == job_id]:
             await self._stop(key, "job_removed")
+        for key in [k for k in self._starting if k[0] == job_id]:
+            del self._starting[key]
 
     async def _stop(self, key: tuple[str, str], why: str) -> None:
         running = self._running.pop(key, None)

@@ -168,7 +168,10 @@ def test_tensorboard_and_visualdl_serve_the_owners_scalars_and_refuse_everyone_e
         scalars = poll(url + "data/plugin/scalars/scalars?run=tb-run&tag=loss", lambda body: len(body) == 5)
         assert [round(point[2], 6) for point in scalars] == LOSSES
         assert [point[1] for point in scalars] == [0, 1, 2, 3, 4]
-        assert viewer_processes(job), "no TensorBoard process while it serves"
+        # The server itself runs as alice's uid, not root, in a network namespace of its own.
+        [server_process] = [p for p in viewer_processes(job) if p.name().startswith("python")]
+        assert server_process.uids().real != 0
+        assert os.readlink(f"/proc/{server_process.pid}/ns/net") != os.readlink("/proc/self/ns/net")
         # Through the gateway: bob, and the administrator too, are refused the owner's files.
         gateway = f"{server.endpoint}/api/v1/jobs/{job}"
         base = f"{gateway}/tensorboard/data/plugin/scalars/scalars?run=tb-run&tag=loss"
@@ -229,12 +232,16 @@ def server_token(server: Any) -> str:
         return str(json.loads(answer.read())["token"])
 
 
-def test_an_idle_viewer_is_stopped_started_again_on_request_and_stopped_with_its_job(
+def test_an_idle_viewer_is_stopped_and_started_again_on_request_and_one_not_offered_is_refused(
     server_factory: Any, tmp_path: Path
 ) -> None:
-    server = start_platform(server_factory, tmp_path, idle_seconds=1)
+    server = start_platform(server_factory, tmp_path, idle_seconds=1, visualdl=None)
     job = f"idle-{os.getpid()}"
     submit(server, tmp_path, job)
+    # A viewer the operator did not set up is one line naming the setting, and exit 1.
+    refused = server.cli("--datacenter", "as-alice", "visualdl", job, check=False)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "jobs.viewers.visualdl" in refused.stderr and "Traceback" not in refused.stderr
     url = f"{server.endpoint}/api/v1/jobs/{job}/tensorboard/data/runs"
     alice = token_of(server, "alice")
     assert http(url, alice) == (200, [])
