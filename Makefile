@@ -10,7 +10,7 @@ HELM   := $(BIN)/helm
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac \
-	kube-control-plane kube-up ferretdb crane hdfs
+	kube-control-plane kube-up ferretdb crane hdfs viewers
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -92,7 +92,7 @@ lint: install-dev
 # (Ceph, the Kubernetes control plane) stay on one worker each (tests/conftest.py).
 TEST_WORKERS ?= 4
 
-test: lint system-deps kube-control-plane ferretdb crane hdfs
+test: lint system-deps kube-control-plane ferretdb crane hdfs viewers
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The real Kubernetes control plane the tests run against (docs/testing.md): etcd,
@@ -127,6 +127,13 @@ crane:
 hdfs:
 	@if command -v mvn >/dev/null && command -v javac >/dev/null; then scripts/hdfs.sh build >/dev/null; \
 	else echo "hdfs: no JDK 17 or Maven (javac, mvn): the HDFS tests are skipped, saying why"; fi
+
+# The real TensorBoard 2.21.0 and VisualDL 2.5.3 that jobs' viewers run (docs/metrics.md
+# §4), each in a virtual environment of its own under ~/.cache/paddlecloud (never the
+# platform's: they pull grpcio, protobuf, flask, pandas...); prints the two interpreters
+# for jobs.viewers.tensorboard and jobs.viewers.visualdl; nothing to do when made.
+viewers:
+	scripts/viewers.sh >/dev/null
 
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps

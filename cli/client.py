@@ -874,6 +874,31 @@ class AsyncClient:
         finally:
             response.release()
 
+    @asynccontextmanager
+    async def forward(
+        self, method: str, path_qs: str, *, headers: Mapping[str, str], data: Any = None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send a request another program made (a browser's, to `paddlecloud tensorboard`) to
+        `path_qs` on the endpoint with this client's token, and yield the answer whatever its
+        status, unread and decoded (no Content-Encoding left), redirects not followed."""
+        if self._current_token() is None and self.username and self.can_login:
+            await self._refresh(stale=None)
+        sent = {REQUEST_ID_HEADER: uuid.uuid4().hex, **headers}
+        token = self._current_token()
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
+        session = self._ensure_session()
+        try:
+            response = await session.request(
+                method, self.endpoint + path_qs, headers=sent, data=data, allow_redirects=False
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._connection_problem(exc) from exc
+        try:
+            yield response
+        finally:
+            response.release()
+
     # --- internals ------------------------------------------------------------------------
 
     def _ensure_session(self) -> aiohttp.ClientSession:

@@ -446,6 +446,31 @@ class MetricsSection(_Section):
     interval: float = Field(5.0, ge=0.1, le=3600)
 
 
+class ViewersSection(_Section):
+    """VisualDL and TensorBoard for each job (docs/metrics.md §4): which interpreters run
+    them on one machine, which image on Kubernetes, and when an idle one is stopped."""
+
+    # The Python interpreter (an absolute path) of an environment that has the viewer's
+    # package, `tensorboard` or `visualdl`, kept apart from the platform's own (`make
+    # viewers` makes both under ~/.cache/paddlecloud). None: that viewer is not offered.
+    tensorboard: str | None = None
+    visualdl: str | None = None
+    # Kubernetes: the image of a viewer's pod; it must have `python` on its PATH with
+    # both packages importable (tensorboard 2.21, visualdl 2.5).
+    image: str | None = None
+    # A viewer nobody asked anything of for this long is stopped (started again on the
+    # next request); how long a starting one may take to answer.
+    idle_seconds: float = Field(600.0, gt=0)
+    start_timeout_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("tensorboard", "visualdl")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not os.path.isabs(value):
+            raise ValueError(f"{value!r} is not an absolute path to a Python interpreter")
+        return value
+
+
 class JobsSection(ServiceSection):
     port: int = Field(8081, ge=0, le=65535)
     backend: Literal["local", "kubernetes"] = "local"
@@ -485,11 +510,12 @@ class JobsSection(ServiceSection):
     package_max_bytes: int = Field(2**30, gt=0)
     scratch_max_bytes: int = Field(2**30, gt=0)
     log_max_bytes: int = Field(256 * 2**20, ge=2**20)
+    viewers: ViewersSection = ViewersSection()
 
     metrics: MetricsSection = MetricsSection()
 
-    # PADDLECLOUD_JOBS_KUBERNETES (and _METRICS) carries the whole section as YAML (or JSON).
-    _kubernetes_text = field_validator("kubernetes", "metrics", mode="before")(_section_text)
+    # PADDLECLOUD_JOBS_KUBERNETES (and _METRICS, _VIEWERS) carries the whole section as YAML (or JSON).
+    _kubernetes_text = field_validator("kubernetes", "metrics", "viewers", mode="before")(_section_text)
 
     _byte_sizes = field_validator("package_max_bytes", "scratch_max_bytes", "log_max_bytes", mode="before")(
         _byte_size

@@ -14,7 +14,8 @@ system can raise it again). What it sees is only what a `View` lists:
 - a fresh `/proc` of its own PID namespace (no host process is visible), a minimal
   `/dev`, a private `/dev/shm`.
 
-The network namespace is not made here: as root, a job's supervisor moves itself into a
+The network namespace is not made here, but for a view with `no_network` (a job's viewer:
+bwrap makes one with only a loopback): as root, a job's supervisor moves itself into a
 namespace of its own before its first worker, so that the workers share it, and a build's
 pip runs in one of its own (services/common/netns.py); bwrap keeps the one it is started
 in. Unsandboxed, and where the service is not root, processes share the host's network.
@@ -115,6 +116,9 @@ class View:
     # The size in bytes of the fresh /tmp and /dev/shm (None: the kernel's default, half the
     # RAM). Their pages are memory, charged to the cgroup of the process that writes them.
     tmp_size: int | None = None
+    # A network namespace of bwrap's own making, with only a loopback: for a process that
+    # needs no network at all (a job's viewer). Jobs and builds make theirs with netns.py.
+    no_network: bool = False
 
 
 @dataclass(frozen=True)
@@ -354,6 +358,7 @@ def bwrap_args(
     args = [
         *(["--die-with-parent"] if die_with_parent else []),
         *("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"),
+        *(["--unshare-net"] if view.no_network else []),
         *("--hostname", HOSTNAME),
     ]
     for name, link in system:

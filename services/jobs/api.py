@@ -7,6 +7,8 @@ shows as problems."""
 
 from __future__ import annotations
 
+import functools
+
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -24,9 +26,11 @@ from paddlecloud.common.web import (
 )
 
 from .backend import LogQuery
-from .keys import MANAGER
+from .keys import MANAGER, VIEWERS
 from .resources import finite_since
 from .spec import RegistrySpec, parse_submission
+from .viewer_proxy import relay
+from .viewers import KINDS
 from .views import DryRun, dry_run_view, event_view, job_view, registry_view, scalars_view
 
 MAX_LIST_LIMIT = 500
@@ -44,6 +48,11 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
     app.router.add_get("/api/v1/jobs/{name}/metrics", get_metrics)
     app.router.add_get("/api/v1/jobs/{name}/resources", get_resources)
+    # A job's TensorBoard or VisualDL, and everything below it (viewer_proxy.py).
+    for kind in KINDS:
+        viewer_path = f"/api/v1/jobs/{{name}}/{kind}{{tail:(/.*)?}}"
+        app.router.add_get(viewer_path, functools.partial(viewer, kind=kind))
+        app.router.add_post(viewer_path, functools.partial(viewer, kind=kind))
     app.router.add_get("/api/v1/quota", get_quota)
     # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
     app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
@@ -161,12 +170,37 @@ async def get_metrics(request: web.Request) -> web.Response:
 async def kill_job(request: web.Request) -> web.Response:
     remove = query_flag(request, "rm")
     manager = request.app[MANAGER]
+    if remove:
+        # Its viewers go with it (what they serve is the job's, and a new job may take its name).
+        await request.app[VIEWERS].stop_job(
+            (await manager.get(_owner(request), request.match_info["name"])).id
+        )
     job = await manager.kill(
         request[IDENTITY], request.match_info["name"], remove=remove, owner=_owner(request)
     )
     if job is None:
         return web.Response(status=204)
     return json_response(job_view(job))
+
+
+async def viewer(request: web.Request, *, kind: str) -> web.StreamResponse:
+    """The job's own viewer, for its owner only: it serves the owner's private files, so an
+    administrator naming `?user=` is refused too (403), and another user's job is a 404."""
+    identity = request[IDENTITY]
+    user = request.query.get("user")
+    if user is not None and user != identity.user:
+        message = (
+            f"a job's {kind} shows its owner's private files: only its owner "
+            f"may open it, and {user[:40]!r} is not you (administrators included)"
+        )
+        raise errors.FORBIDDEN(f"user: {message}", errors=[{"field": "user", "message": message}])
+    manager = request.app[MANAGER]
+    job = await manager.get(identity.user, request.match_info["name"])
+    viewers = request.app[VIEWERS]
+    viewers.interpreter(kind)  # refused before anything is resolved when not offered
+    prefix = f"/api/v1/jobs/{job.name}/{kind}"
+    async with viewers.use(job, kind, manager.output(job), prefix) as upstream:
+        return await relay(request, upstream)
 
 
 async def forget_user(request: web.Request) -> web.Response:

@@ -22,10 +22,11 @@ from .backend import Backend
 from .backends import create_backend, create_election
 from .errors import PROBLEMS
 from .figures import JobFigures
-from .keys import FIGURES, MANAGER
+from .keys import FIGURES, MANAGER, VIEWERS
 from .leadership import LEADERSHIP, Leadership, leader_gate, readiness
 from .manager import JobManager
 from .reconcile import reconciling
+from .viewers import Viewers
 
 
 def create_app(config: Config, *, store: Store | None = None) -> web.Application:
@@ -55,15 +56,17 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
             count = functools.partial(figures.count, store)
             seconds = config.jobs.metrics_cache_seconds
             app[METRICS_REFRESH].append(ScrapeCache("jobs_by_state", count, seconds))
+            viewers = Viewers(config.jobs.viewers, backend)
+            app[VIEWERS] = viewers
             leadership = app[LEADERSHIP]
             try:
                 elect = create_election(config)
                 if elect is not None:
                     # Serving at once (probes, 503s); acting once this replica is elected.
-                    async with elect(leadership, functools.partial(_acting, backend, manager)):
+                    async with elect(leadership, functools.partial(_acting, backend, manager, viewers)):
                         yield
                 else:
-                    async with _acting(backend, manager):
+                    async with _acting(backend, manager, viewers):
                         leadership.acting = True
                         yield
             finally:
@@ -75,12 +78,16 @@ def _resources(config: Config, given_store: Store | None) -> Callable[[web.Appli
 
 
 @contextlib.asynccontextmanager
-async def _acting(backend: Backend, manager: JobManager) -> AsyncIterator[None]:
+async def _acting(backend: Backend, manager: JobManager, viewers: Viewers) -> AsyncIterator[None]:
     """What the acting service does for the block's duration: the backend open (its
-    watches), the jobs the store calls active re-attached, the reconcile loop running."""
+    watches), the jobs the store calls active re-attached, the reconcile loop running;
+    the jobs' viewers stopped at its end, before the backend closes (none outlives it)."""
     await backend.open()
     try:
         async with reconciling(manager):
-            yield
+            try:
+                yield
+            finally:
+                await viewers.close()
     finally:
         await backend.close()

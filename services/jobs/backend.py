@@ -16,7 +16,8 @@ what it is given and reports what it sees. Five operations:
 the same calls onto a StatefulSet, an Indexed Job and watches; nothing above changes. A
 few optional hooks serve restarts and dry runs: `adopt` and `sweep` after a restart,
 `preview` for `submit --dry-run`, `forget_user` when a user is deleted; `usage` for the
-resource series (resources.py samples it every `jobs.metrics.interval`).
+resource series (resources.py samples it every `jobs.metrics.interval`), `start_viewer`
+for a job's TensorBoard or VisualDL.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from typing import Any
 
 from paddlecloud.common.volume import PfsPath
 
+from .errors import ViewerNotOffered
 from .records import JobRecord
 from .spec import JobSpec
+from .viewers import Upstream
 
 
 class StartFailed(Exception):
@@ -303,6 +306,13 @@ class Backend(abc.ABC):
 
     async def forget_user(self, user: str) -> None:  # noqa: B027 - most backends keep nothing per user
         """Remove what the backend keeps for a user being deleted (after their jobs)."""
+
+    async def start_viewer(
+        self, job: JobRecord, kind: str, output: PfsPath, prefix: str, python: str
+    ) -> Upstream:
+        """Start the job's `kind` viewer (viewers.py) serving `output` read-only under the URL
+        path `prefix`, with the interpreter `python` where the backend runs processes."""
+        raise ViewerNotOffered(f"{kind} is not offered for jobs of the {self.name} backend")
 
     @abc.abstractmethod
     async def remove(self, job: JobRecord) -> None:

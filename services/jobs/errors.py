@@ -22,6 +22,8 @@ from paddlecloud.common.errors import (
 PACKAGE_NOT_FOUND = ErrorKind("ERR_PACKAGE_NOT_FOUND", 422, "Job package not found")
 BUILD_REFUSED = ErrorKind("ERR_BUILD_REFUSED", 422, "The job's environment cannot be built")
 UNKNOWN_USER = ErrorKind("ERR_UNKNOWN_USER", 403, "No such user")
+VIEWER_NOT_OFFERED = ErrorKind("ERR_VIEWER_NOT_OFFERED", 501, "This viewer is not offered here")
+VIEWER_FAILED = ErrorKind("ERR_VIEWER_FAILED", 502, "The job's viewer could not serve")
 
 
 class JobNotFound(NotFound):
@@ -56,6 +58,15 @@ class PfsUnavailable(DomainError):
     """pfs, which counts the storage a quota check needs, cannot answer now."""
 
 
+class ViewerNotOffered(DomainError):
+    """The operator did not configure this viewer (`jobs.viewers.<kind>` unset), or the
+    backend cannot run one."""
+
+
+class ViewerFailed(DomainError):
+    """A job's viewer did not start, or ended; the message says what it said last."""
+
+
 PROBLEMS: ProblemTable = {
     PfsUnavailable: UPSTREAM_UNAVAILABLE,
     BuildUnavailable: UPSTREAM_UNAVAILABLE,
@@ -65,4 +76,6 @@ PROBLEMS: ProblemTable = {
     QuotaExceeded: QUOTA_EXCEEDED,
     BuildRefused: BUILD_REFUSED,
     UnknownUser: UNKNOWN_USER,
+    ViewerNotOffered: VIEWER_NOT_OFFERED,
+    ViewerFailed: VIEWER_FAILED,
 }

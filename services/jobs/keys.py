@@ -6,6 +6,8 @@ from aiohttp import web
 
 from .figures import JobFigures
 from .manager import JobManager
+from .viewers import Viewers
 
 MANAGER = web.AppKey("job_manager", JobManager)
 FIGURES = web.AppKey("job_figures", JobFigures)
+VIEWERS = web.AppKey("job_viewers", Viewers)

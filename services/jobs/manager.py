@@ -30,13 +30,13 @@ from paddlecloud.common.storage.base import ReadVolume
 from paddlecloud.common.store import Job, Registry, Store, StoreError
 from paddlecloud.common.store.models import ACTIVE_STATES, TERMINAL_STATES, JobEvent, utcnow
 from paddlecloud.common.tasks import background
-from paddlecloud.common.volume import resolve_for
+from paddlecloud.common.volume import PfsPath, resolve_for
 
 from .backend import Backend, LogLine, LogQuery, WorkerInfo
 from .builds import BUILD, Builds
 from .errors import JobNotFound
 from .figures import JobFigures
-from .launches import output_text
+from .launches import JobPaths, output_text
 from .packages import Packages
 from .quota import Quotas
 from .reconcile import Reconciler
@@ -99,6 +99,10 @@ class JobManager:
         return await self._quotas.view(owner)
 
     # -- reading ---------------------------------------------------------------------
+
+    def output(self, job: JobRecord) -> PfsPath:
+        """The job's output directory, resolved with its owner's rights as the job used it."""
+        return JobPaths.resolve(Identity(job.owner), job.spec, self._config.pfs.datacenter).output
 
     async def get(self, owner: str, name: str) -> JobRecord:
         job = await self._records.get(owner, name)

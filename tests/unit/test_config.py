@@ -50,6 +50,12 @@ def test_unknown_env_key_is_named() -> None:
         ("jobs:\n  package_max_bytes: lots\n", "jobs.package_max_bytes"),
         ("jobs:\n  log_max_bytes: 64Ki\n", "jobs.log_max_bytes"),
         ("jobs:\n  network: host\n", "jobs.network"),
+        (
+            "jobs:\n  viewers: {tensorboard: venv/bin/python}\n",
+            "jobs.viewers.tensorboard: 'venv/bin/python' is not",
+        ),
+        ("jobs:\n  viewers: {idle_seconds: 0}\n", "jobs.viewers.idle_seconds"),
+        ("jobs:\n  viewers: {grafana: /usr/bin/python3}\n", "jobs.viewers.grafana"),
         ("gateway:\n  default_quota: {memory: lots}\n", "gateway.default_quota.memory: 'lots' is not"),
         (
             "gateway:\n  default_quota: {cpu: 2000000}\n",
@@ -196,3 +202,10 @@ def test_the_lease_is_in_the_named_namespace_or_the_pods_and_outside_a_pod_one_m
     assert lease_namespace(LeaderElection(), mounted) == "paddlecloud"
     with pytest.raises(ConfigError, match=r"jobs\.kubernetes\.leader_election\.namespace: not set"):
         lease_namespace(LeaderElection(), absent)
+
+
+def test_viewers_from_the_file_or_the_environment_and_unset_by_default(tmp_path) -> None:
+    assert load_config(None, env={}).jobs.viewers.tensorboard is None
+    env = {"PADDLECLOUD_JOBS_VIEWERS": "{visualdl: /opt/vdl/bin/python, idle_seconds: 30}"}
+    viewers = load_config(None, env=env).jobs.viewers
+    assert (viewers.visualdl, viewers.tensorboard, viewers.idle_seconds) == ("/opt/vdl/bin/python", None, 30)

@@ -73,6 +73,7 @@ from .plan import STOP_REASON, CgroupPlan, HostPlan, Plan, Ports, SandboxPlan, W
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
 from .usage import NO_CGROUPS, UsageReader
+from .viewer import LocalViewer, ViewerLauncher, Wanted
 
 log = structlog.get_logger(__name__)
 
@@ -193,6 +194,7 @@ class LocalBackend(Backend):
         self._changed: Callable[[str], None] | None = None
         self._seen: dict[str, _Seen] = {}
         self._usage = UsageReader()
+        self._viewers = ViewerLauncher(root, config.jobs.viewers.start_timeout_seconds)
 
     @property
     def sandboxed(self) -> bool:
@@ -259,8 +261,10 @@ class LocalBackend(Backend):
         return jobs.network
 
     async def close(self) -> None:
-        # Only the zygote and the socket: the supervisors keep running.
+        # Only the zygote and the socket: the supervisors keep running. (Viewers are
+        # stopped before, by the service's Viewers.)
         await self._zygote.close()
+        self._viewers.close()
         if self._notify is not None:
             asyncio.get_running_loop().remove_reader(self._notify.fileno())
             self._notify.close()
@@ -537,6 +541,13 @@ class LocalBackend(Backend):
                 if not stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
                     raise NotADirectoryError(f"{step} is in the way of the output directory {path}")
         return self._host_path(path)
+
+    async def start_viewer(
+        self, job: JobRecord, kind: str, output: PfsPath, prefix: str, python: str
+    ) -> LocalViewer:
+        """The viewer runs as the job's user, as the job did (viewer.py)."""
+        uid = self._uids.uid_for(job.owner) if self._sandbox.switches_uid else os.geteuid()
+        return await self._viewers.start(self._sandbox, uid, Wanted(kind, output, prefix, python))
 
     # -- stop ------------------------------------------------------------------------
 
