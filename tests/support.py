@@ -378,3 +378,11 @@ def plan_launch(owner: str = "alice", datacenter: str = "dc1", **spec_fields: An
         package=spec.package,
         package_kind="dir",
     )
+
+
+# The real TensorBoard and VisualDL of `make viewers` (scripts/viewers.sh), each in its own
+# environment: jobs' viewers run them, and tests write logs with their real writers.
+VIEWER_PYTHONS = {
+    "tensorboard": Path.home() / ".cache" / "paddlecloud" / "viewer-tensorboard-2.21.0" / "bin" / "python",
+    "visualdl": Path.home() / ".cache" / "paddlecloud" / "viewer-visualdl-2.5.3" / "bin" / "python",
+}

@@ -9,6 +9,10 @@ never follows a symlink (a job's owner controls everything beneath the output):
   `summary.value[].simple_value` (torch.utils.tensorboard, tensorboardX) or a rank-0
   float tensor (TensorFlow 2's `tf.summary.scalar`). The run is the file's directory
   relative to the output (`.` for the output itself).
+- `vdlrecords.*.log` as deep, VisualDL's (`visualdl.LogWriter`, Paddle's own): records
+  framed by a u64 length alone, each a `Record` whose `values` with a `value` are its
+  scalars (`id` the step, `timestamp` the wall time in milliseconds). The run is named
+  as TensorBoard's is.
 
 Everything a job wrote is untrusted input to this root service. The protobuf is decoded
 here by a few lines of wire-format reading rather than by the `tensorboard` or `protobuf`
@@ -18,7 +22,6 @@ each, `MAX_TOTAL_BYTES` in all, `MAX_DIRS` directories listed, `MAX_SERIES` seri
 is cut or skipped is said in the answer's `warnings`, never a failure. A malformed line or
 record is skipped; a symlink is never followed (a `metrics` that is one is refused). CRCs
 of TFRecords are not checked (crc32c is not in the standard library); a record's length is.
-VisualDL's `vdlrecords.*.log` are not read here: docs/metrics.md says why.
 
 Points are kept in the order they were written, and a step at or below the last one read
 for the same series (a worker restarted from an earlier checkpoint, or from scratch)
@@ -49,6 +52,7 @@ log = structlog.get_logger(__name__)
 METRICS_DIR = "metrics"
 SDK_SUFFIX = ".jsonl"
 TFEVENTS_PREFIX = "events.out.tfevents."
+VDL_PREFIX = "vdlrecords."
 MAX_FILES = 64
 MAX_FILE_BYTES = 8 * 2**20
 MAX_TOTAL_BYTES = 32 * 2**20
@@ -67,7 +71,7 @@ class Series:
     """One curve: a tag of one worker (SDK) or run (TensorBoard)."""
 
     worker: str
-    source: str  # sdk | tensorboard
+    source: str  # sdk | tensorboard | visualdl
     tag: str
     step: list[int] = field(default_factory=list)
     wall_time: list[float] = field(default_factory=list)
@@ -134,7 +138,7 @@ async def read_scalars(volume: ReadVolume, output: PfsPath, tags: Sequence[str] 
         data = await _read(volume, path, _relative(path, output), budget, found.warnings)
         if data is None:
             continue
-        parse = _parse_sdk if source == "sdk" else _parse_tfevents
+        parse = _PARSERS[source]
         points, skipped = await asyncio.to_thread(parse, data)
         if skipped:
             found.warnings.append(f"{_relative(path, output)}: {skipped} malformed records skipped")
@@ -155,7 +159,8 @@ async def read_scalars(volume: ReadVolume, output: PfsPath, tags: Sequence[str] 
 
 
 async def _files(volume: ReadVolume, output: PfsPath, warnings: list[str]) -> list[tuple[PfsPath, str, str]]:
-    """(path, source, worker or run) of every file to read: the SDK's, then TensorBoard's."""
+    """(path, source, worker or run) of every file to read: the SDK's, then TensorBoard's
+    and VisualDL's."""
     out: list[tuple[PfsPath, str, str]] = []
     metrics = output.child(METRICS_DIR)
     kind = await _kind(volume, metrics)
@@ -177,7 +182,8 @@ async def _files(volume: ReadVolume, output: PfsPath, warnings: list[str]) -> li
 async def _tfevents(
     volume: ReadVolume, output: PfsPath, warnings: list[str]
 ) -> list[tuple[PfsPath, str, str]]:
-    """TensorBoard's event files up to MAX_DEPTH below `output`, breadth first, in name order."""
+    """TensorBoard's and VisualDL's files up to MAX_DEPTH below `output`, breadth first, in
+    name order."""
     out: list[tuple[PfsPath, str, str]] = []
     level, listed = [output], 0
     for depth in range(MAX_DEPTH + 1):
@@ -190,8 +196,9 @@ async def _tfevents(
                 return out
             listed += 1
             for entry in await _listing(volume, directory):
-                if entry.stat.kind == "file" and entry.name.startswith(TFEVENTS_PREFIX):
-                    out.append((directory.child(entry.name), "tensorboard", _relative(directory, output)))
+                source = _log_source(entry.name) if entry.stat.kind == "file" else None
+                if source is not None:
+                    out.append((directory.child(entry.name), source, _relative(directory, output)))
                 elif (
                     entry.stat.kind == "dir"
                     and depth < MAX_DEPTH
@@ -225,7 +232,7 @@ async def _read(
     volume: ReadVolume, path: PfsPath, shown: str, budget: _Budget, warnings: list[str]
 ) -> bytes | None:
     """The file's bytes within the budget, None if it cannot be read. An SDK file too long is
-    read from its end (the newest points), from its first whole line; a TensorBoard file from
+    read from its end (the newest points), from its first whole line; a TensorBoard or VisualDL file from
     its start, since a record cut at its front has no marker to find the next one by."""
     try:
         download = await volume.open(path)
@@ -242,7 +249,7 @@ async def _read(
         if length == 0 and size:
             warnings.append(f"{shown}: not read, {MAX_TOTAL_BYTES} bytes were read already")
             return None
-        tail = not path.name.startswith(TFEVENTS_PREFIX)
+        tail = _log_source(path.name) is None
         if length < size:
             part = "last" if tail else "first"
             warnings.append(f"{shown}: only its {part} {length} of {size} bytes were read")
@@ -342,6 +349,55 @@ def _parse_tfevents(data: bytes) -> tuple[list[Point], int]:
             skipped += 1
         at = start + length + 4
     return points, skipped
+
+
+def _log_source(name: str) -> str | None:
+    """Whose log file `name` is: tensorboard, visualdl, or None."""
+    if name.startswith(TFEVENTS_PREFIX):
+        return "tensorboard"
+    if name.startswith(VDL_PREFIX) and ".log" in name:
+        return "visualdl"
+    return None
+
+
+def _parse_vdlrecords(data: bytes) -> tuple[list[Point], int]:
+    """Scalar points of every VisualDL `Record` (u64 length, then data; no CRCs); a record
+    that does not decode is skipped; a bad length ends the file."""
+    points: list[Point] = []
+    skipped = 0
+    at = 0
+    while at + 8 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, at)
+        start = at + 8
+        if length > MAX_RECORD_BYTES:
+            skipped += 1
+            break
+        if start + length > len(data):
+            break  # being written (or cut by the cap)
+        try:
+            points.extend(_vdl_record(data[start : start + length]))
+        except _Malformed:
+            skipped += 1
+        at = start + length
+    return points, skipped
+
+
+def _vdl_record(record: bytes) -> list[Point]:
+    """The scalars of one `Record`: each of its `values` (1) with a float `value` (4, fixed32),
+    its step in `id` (1) and its wall time in milliseconds in `timestamp` (3)."""
+    points = []
+    for number, wire, item in _fields(record):
+        if (number, wire) != (1, 2):
+            continue
+        fields = _by_field(item)
+        if (4, 5) not in fields or (2, 2) not in fields:
+            continue  # an image, a histogram, meta data...: not a scalar
+        (value,) = struct.unpack("<f", fields[4, 5][-1])
+        step = _signed(fields[1, 0][-1]) if (1, 0) in fields else 0
+        wall_time = _signed(fields[3, 0][-1]) / 1000 if (3, 0) in fields else 0.0
+        if math.isfinite(value) and 0 <= step:
+            points.append((_text(fields[2, 2][-1]), step, wall_time, float(value)))
+    return points
 
 
 def _event(record: bytes, plugins: dict[str, str]) -> list[Point]:
@@ -478,3 +534,6 @@ def _varint(buf: bytes, at: int) -> tuple[int, int]:
         if not byte & 0x80:
             return result, at
         shift += 7
+
+
+_PARSERS = {"sdk": _parse_sdk, "tensorboard": _parse_tfevents, "visualdl": _parse_vdlrecords}

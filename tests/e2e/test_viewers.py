@@ -18,13 +18,11 @@ import psutil
 import pytest
 from conftest import clean_env
 
+from support import VIEWER_PYTHONS
+
 pytestmark = pytest.mark.slow
 
-CACHE = Path.home() / ".cache" / "paddlecloud"
-PYTHONS = {
-    "tensorboard": CACHE / "viewer-tensorboard-2.21.0" / "bin" / "python",
-    "visualdl": CACHE / "viewer-visualdl-2.5.3" / "bin" / "python",
-}
+PYTHONS = VIEWER_PYTHONS
 LOSSES = [1.0, 0.5, 0.25, 0.125, 0.0625]
 WAIT_SECONDS = 120.0
 

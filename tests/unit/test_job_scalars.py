@@ -1,10 +1,11 @@
 """Reading a job's training curves off a real POSIX volume (services/jobs/scalars.py): the SDK's lines,
-TensorBoard's event files from a real writer, malformed input skipped, links refused, the caps."""
+TensorBoard's and VisualDL's files from their real writers, bad input skipped, links refused, the caps."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from paddlecloud.common.storage.posix import PosixVolume
 from paddlecloud.common.volume import PfsPath
 from paddlecloud.jobs import scalars
 from paddlecloud.jobs.scalars import read_scalars
+from support import VIEWER_PYTHONS
 
 OUTPUT = PfsPath("dc1", "home", "alice", ("jobs", "mnist", "output"))
 
@@ -144,8 +146,9 @@ async def test_the_caps_bound_what_is_read_and_say_so(
 async def test_tensorboard_scalars_of_a_real_writer_are_read_per_run(
     volume: PosixVolume, output: Path
 ) -> None:
-    torch = pytest.importorskip("torch")
-    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    import torch
+    from torch.utils import tensorboard
+
     for run, new_style in (("runs/simple", False), ("runs/tensor", True)):
         writer = tensorboard.SummaryWriter(log_dir=str(output / run))
         for step in range(50):
@@ -177,3 +180,40 @@ async def test_tensorboard_scalars_of_a_real_writer_are_read_per_run(
     found = await read_scalars(volume, OUTPUT)
     assert found.series[0].step[: len(cut.step)] == cut.step
     assert found.warnings == [f"runs/simple/{event.name}: 1 malformed records skipped"]
+
+
+# Written by VisualDL's own LogWriter (make viewers), as Paddle's VisualDL callback does.
+VISUALDL_WRITER = """\
+import sys
+from visualdl import LogWriter
+with LogWriter(logdir=sys.argv[1]) as writer:
+    for step in range(50):
+        writer.add_scalar(tag="train/loss", step=step, value=2.0 / (step + 1))
+        writer.add_text(tag="notes", step=step, text_string="not a scalar")
+    writer.add_histogram(tag="weights", values=[0.1, 0.2, 0.3], step=0)
+"""
+
+
+async def test_visualdl_scalars_of_a_real_writer_are_read_per_run(volume: PosixVolume, output: Path) -> None:
+    subprocess.run([str(VIEWER_PYTHONS["visualdl"]), "-c", VISUALDL_WRITER, str(output / "vdl")], check=True)
+    found = await read_scalars(volume, OUTPUT)
+    assert [(s.source, s.worker, s.tag) for s in found.series] == [("visualdl", "vdl", "train/loss")]
+    (series,) = found.series
+    assert series.step == list(range(50))
+    assert series.value == pytest.approx([2.0 / (s + 1) for s in range(50)], rel=1e-6)
+    assert all(abs(t - series.wall_time[0]) < 3600 for t in series.wall_time) and series.wall_time[0] > 1.7e9
+    assert found.warnings == []
+
+    # Cut short (being written): what it holds whole; a garbage length ends the file, said.
+    (log,) = (output / "vdl").glob("vdlrecords.*")
+    data = log.read_bytes()
+    half = 0  # the first record boundary past the middle (u64 length, then data)
+    while half < len(data) // 2:
+        half += 8 + int.from_bytes(data[half : half + 8], "little")
+    log.write_bytes(data[: half - 3])
+    (cut,) = (await read_scalars(volume, OUTPUT)).series
+    assert 5 < len(cut.step) < 50
+    log.write_bytes(data[:half] + (2**40).to_bytes(8, "little") + b"\xff" * 40)
+    found = await read_scalars(volume, OUTPUT)
+    assert found.series[0].step[: len(cut.step)] == cut.step
+    assert found.warnings == [f"vdl/{log.name}: 1 malformed records skipped"]
