@@ -305,8 +305,11 @@ export class JobCharts {
       return;
     }
     this.section.dataset.live = "1";
-    every(POLL_MS, () => this.poll());
+    this.stop = every(POLL_MS, () => this.poll());
   }
+
+  // Stops the polling (the job has gone); start() replaces this with its loop's stopper.
+  stop() {}
 
   async poll() {
     // The fetch that starts after the job is seen to have ended is the last.

@@ -175,6 +175,7 @@ export function start(data) {
 
   function missing(message) {
     logs.follower?.stop();
+    charts.stop();
     $("job").hidden = true;
     const notice = $("job-missing");
     notice.hidden = false;
