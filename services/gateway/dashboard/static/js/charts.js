@@ -2,7 +2,7 @@
 // with a line per worker, and the resource series per worker, drawn with the vendored
 // uPlot (a classic script: `window.uPlot`). Polled while the job runs, and once more
 // after it has ended.
-import { ApiError, api } from "./api.js";
+import { api } from "./api.js";
 import { $, every, h } from "./ui.js";
 
 const POLL_MS = 5000;
@@ -21,7 +21,7 @@ const BYTE_STEPS = UNITS.flatMap((_, power) =>
   [1, 2, 4, 8, 16, 32, 64, 128, 256, 512].map((m) => m * KiB ** power),
 );
 
-export function formatBytes(value) {
+function formatBytes(value) {
   if (value === null || value === undefined) return "–";
   let n = Math.abs(value);
   let unit = 0;
@@ -61,7 +61,7 @@ const FROM_ZERO = (u, min, max) => [0, max > 0 ? max * 1.05 : 1];
 // Aligns series that each have their own x values on the union of them (uPlot draws
 // columns that share one x array); a missing value is null, which `spanGaps` bridges.
 // Where one series repeats an x (a restarted worker logging a step again), the last wins.
-export function align(list) {
+function align(list) {
   const xs = [...new Set(list.flatMap((s) => s.x))].sort((a, b) => a - b);
   const at = new Map(xs.map((x, i) => [x, i]));
   const columns = list.map((s) => {
@@ -331,10 +331,7 @@ export class JobCharts {
           : "No training curves yet: a training program logs them with paddlecloud.metrics.log(step=..., loss=...).",
       );
     } catch (error) {
-      note(
-        "scalars-note",
-        `Could not read the training curves: ${error instanceof ApiError ? error.message : error}`,
-      );
+      note("scalars-note", `Could not read the training curves: ${error.message || error}`);
     }
   }
 
@@ -353,10 +350,7 @@ export class JobCharts {
       this.resources.show(sampled ? resourceSpecs(answer, this.colours) : []);
       note("resources-note", sampled ? "" : "No resource samples yet.");
     } catch (error) {
-      note(
-        "resources-note",
-        `Could not read the resource figures: ${error instanceof ApiError ? error.message : error}`,
-      );
+      note("resources-note", `Could not read the resource figures: ${error.message || error}`);
     }
   }
 }
