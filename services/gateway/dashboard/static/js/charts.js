@@ -237,9 +237,11 @@ const hasValues = (ys) => (ys || []).some((y) => y !== null && y !== undefined);
 
 function resourceSpecs(answer, colours) {
   const workers = answer.workers || [];
-  // Samples of one round differ by milliseconds between workers: on whole seconds they
-  // share an x, so the legend shows every worker's figure at the cursor.
-  const at = (w) => (w.t || []).map(Math.round);
+  // Samples of one round differ by milliseconds between workers: rounded to whole seconds
+  // (half the interval where that is shorter) they share an x, so the legend shows every
+  // worker's figure at the cursor.
+  const grain = Math.min(1, (answer.interval_seconds || 1) / 2);
+  const at = (w) => (w.t || []).map((t) => Math.round(t / grain) * grain);
   const line = (w, field) => ({ label: w.worker, x: at(w), y: w[field] || [], colour: colours.of(w.worker) });
   const memory = [];
   for (const w of workers) {
