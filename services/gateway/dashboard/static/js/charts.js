@@ -40,23 +40,23 @@ function formatNumber(value) {
   return String(Number(value.toPrecision(4)));
 }
 
-// The chart kinds: how their values read on the axis and in the legend.
+// The chart kinds: how values read in the legend, and on the y axis where uPlot's own
+// numbers (decimals as fine as the ticks' spacing) would not say the unit.
 const UNIT = {
-  scalar: { format: formatNumber, axis: (v) => formatNumber(v), size: 60 },
-  cores: {
-    format: (v) => (v === null || v === undefined ? "–" : `${formatNumber(v)} cores`),
-    axis: (v) => formatNumber(v),
-    size: 50,
-  },
-  bytes: { format: formatBytes, axis: formatBytes, size: 75, incrs: BYTE_STEPS },
+  scalar: { format: formatNumber },
+  cores: { format: (v) => (v === null || v === undefined ? "–" : `${formatNumber(v)} cores`) },
+  bytes: { format: formatBytes, axis: formatBytes, incrs: BYTE_STEPS },
   percent: {
     format: (v) => (v === null || v === undefined ? "–" : `${formatNumber(v)} %`),
     axis: (v) => `${v} %`,
-    size: 55,
   },
 };
-// Resource axes start at zero, so that a line's height reads as the amount it is.
+// Resource axes start at zero, so that a line's height reads as the amount it is; CPU's
+// goes to one core at least, so that an idle worker looks idle, not busy with noise.
 const FROM_ZERO = (u, min, max) => [0, max > 0 ? max * 1.05 : 1];
+const CORES = (u, min, max) => [0, Math.max(1, max * 1.05)];
+// The y axis as wide as its longest label (about 7 px a character at 12 px).
+const AXIS_SIZE = (u, values) => 16 + 7 * Math.max(3, ...(values || []).map((v) => String(v).length));
 
 // Aligns series that each have their own x values on the union of them (uPlot draws
 // columns that share one x array); a missing value is null, which `spanGaps` bridges.
@@ -141,7 +141,12 @@ class Chart {
       ],
       axes: [
         { ...AXIS, label: this.time ? undefined : this.xLabel, labelSize: this.time ? 0 : 20 },
-        { ...AXIS, size: unit.size, values: (u, ticks) => ticks.map(unit.axis), incrs: unit.incrs },
+        {
+          ...AXIS,
+          size: AXIS_SIZE,
+          ...(unit.axis ? { values: (u, ticks) => ticks.map(unit.axis) } : {}),
+          ...(unit.incrs ? { incrs: unit.incrs } : {}),
+        },
       ],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
@@ -258,7 +263,13 @@ function resourceSpecs(answer, colours) {
     }
   }
   const specs = [
-    { key: "cpu", title: "CPU (cores)", unit: "cores", lines: workers.map((w) => line(w, "cpu_cores")) },
+    {
+      key: "cpu",
+      title: "CPU (cores)",
+      unit: "cores",
+      range: CORES,
+      lines: workers.map((w) => line(w, "cpu_cores")),
+    },
     { key: "memory", title: "Memory (dashed: the limit)", unit: "bytes", lines: memory },
   ];
   // GPU charts only where some worker has GPU figures: null on a CPU worker.
