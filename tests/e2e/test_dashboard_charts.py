@@ -14,19 +14,23 @@ __all__ = ["browser", "context", "no_leaked_tasks", "platform"]  # fixtures, as 
 
 pytestmark = pytest.mark.slow
 
-# Logs 50 steps of loss, holds some memory (written, so it is resident) and stays RUNNING
-# until the test writes `go`: the test decides when the job ends, with no timing involved.
+# Logs 50 steps of loss (and accuracy), holds some memory (written, so it is resident),
+# keeps a quarter of a core busy for the CPU chart, and stays RUNNING until the test writes
+# `go`: the test decides when the job ends, with no timing involved in what it asserts.
 CURVES_PY = """\
 import os, time
 import paddlecloud.metrics
 
 home = os.environ["PADDLE_CLOUD_PFS_HOME"]
 for i in range(50):
-    paddlecloud.metrics.log(step=i, loss=2.0 / (i + 1))
+    paddlecloud.metrics.log(step=i, loss=2.0 / (i + 1), acc=1.0 - 0.5 / (i + 1))
 print("logged 50 steps", flush=True)
 held = b"x" * (96 * 1024 * 1024)
 while not os.path.exists(os.path.join(home, "go")):
-    time.sleep(0.1)
+    busy = time.monotonic() + 0.025
+    while time.monotonic() < busy:
+        pass
+    time.sleep(0.075)
 print("done", flush=True)
 """
 
@@ -106,8 +110,7 @@ def test_a_job_page_draws_the_loss_the_sdk_logged_and_the_resource_use_at_any_wi
     assert "MiB" in memory.locator(".u-legend").inner_text()
     assert page.locator("#resources-note").is_hidden()
     assert page.get_attribute("#job-tensorboard", "href") == "/api/v1/jobs/curves/tensorboard/"
-    page.evaluate("document.getElementById('charts').scrollIntoView()")
-    page.screenshot(path=str(shots / "dashboard-charts.png"))
+    page.locator("#charts").screenshot(path=str(shots / "dashboard-charts.png"))
 
     # On a phone's width the charts redraw to fit: one a row, nothing wider than the page.
     page.set_viewport_size({"width": 420, "height": 900})
@@ -118,8 +121,7 @@ def test_a_job_page_draws_the_loss_the_sdk_logged_and_the_resource_use_at_any_wi
     assert page.evaluate("document.documentElement.scrollWidth") <= 420
     narrow = loss.locator("canvas").bounding_box()
     assert narrow is not None and 250 < narrow["width"] < 420
-    page.evaluate("document.getElementById('charts').scrollIntoView()")
-    page.screenshot(path=str(shots / "dashboard-charts-narrow.png"))
+    page.locator("#charts").screenshot(path=str(shots / "dashboard-charts-narrow.png"))
 
     # The job ends: one last poll, and the charts stop, keeping what they drew.
     go = platform.home / "go"
