@@ -123,6 +123,22 @@ def test_a_job_page_draws_the_loss_the_sdk_logged_and_the_resource_use_at_any_wi
     assert narrow is not None and 250 < narrow["width"] < 420
     page.locator("#charts").screenshot(path=str(shots / "dashboard-charts-narrow.png"))
 
+    # Dragging across the loss zooms in on steps 25 to 40 or so, and the next poll's points
+    # leave that view as it is: the plot's left edge still reads a step past 20.
+    over = loss.locator(".u-over")
+    over.scroll_into_view_if_needed()
+    plot = over.bounding_box()
+    assert plot is not None
+    page.mouse.move(plot["x"] + plot["width"] * 0.5, plot["y"] + 20)
+    page.mouse.down()
+    page.mouse.move(plot["x"] + plot["width"] * 0.8, plot["y"] + 20, steps=5)
+    page.mouse.up()
+    for _ in range(2):  # the second poll starts only once the first one's points are drawn
+        with page.expect_response(lambda answer: "/curves/metrics" in answer.url):
+            pass
+    over.hover(position={"x": 2, "y": 20})
+    assert int(loss.locator(".u-legend .u-series:first-child .u-value").inner_text()) > 20
+
     # The job ends: one last poll, and the charts stop, keeping what they drew.
     go = platform.home / "go"
     go.write_text("go")

@@ -51,6 +51,10 @@ const UNIT = {
     axis: (v) => `${v} %`,
   },
 };
+// Steps are whole numbers: a zoomed step axis ticks at 1, 2, 5, 10... never at 27.5.
+const STEP_INCRS = [1, 2, 5]
+  .flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8].map((p) => m * p))
+  .sort((a, b) => a - b);
 // Resource axes start at zero, so that a line's height reads as the amount it is; CPU's
 // goes to one core at least, so that an idle worker looks idle, not busy with noise.
 const FROM_ZERO = (u, min, max) => [0, max > 0 ? max * 1.05 : 1];
@@ -110,8 +114,11 @@ class Chart {
   set(lines) {
     const data = align(lines);
     const labels = lines.map((l) => `${l.label}|${l.colour}|${l.limit ? 1 : 0}`).join(",");
-    if (this.uplot && labels === this.labels) this.uplot.setData(data);
+    // A reader who zoomed in keeps that view while new points come (a double click zooms
+    // back out to the whole series, which then follows the new points again).
+    if (this.uplot && labels === this.labels) this.uplot.setData(data, !this.zoomed);
     else {
+      this.zoomed = false;
       this.uplot?.destroy();
       this.labels = labels;
       this.uplot = new window.uPlot(this.options(lines), data, this.plot);
@@ -140,7 +147,7 @@ class Chart {
         })),
       ],
       axes: [
-        { ...AXIS, label: this.time ? undefined : this.xLabel, labelSize: this.time ? 0 : 20 },
+        this.time ? AXIS : { ...AXIS, label: this.xLabel, labelSize: 20, incrs: STEP_INCRS },
         {
           ...AXIS,
           size: AXIS_SIZE,
@@ -151,6 +158,13 @@ class Chart {
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
       hooks: {
+        setScale: [
+          (u, key) => {
+            const xs = u.data[0];
+            if (key !== "x" || !xs.length) return;
+            this.zoomed = u.scales.x.min > xs[0] || u.scales.x.max < xs[xs.length - 1];
+          },
+        ],
         // What the page drew, for a reader's tools and the browser tests: the number of
         // values in the lines that carry data (limits left out).
         draw: [
