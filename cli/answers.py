@@ -204,6 +204,8 @@ class Job(Answer):
     spec: dict[str, Any] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    # The peak of each resource figure per worker (docs/metrics.md §1.2); empty: none sampled.
+    resources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def final(self) -> bool:

@@ -547,6 +547,14 @@ class AsyncClient:
         body = await self._object("GET", path, params=params)
         return self._items(Worker, body, f"GET {path}", "workers")
 
+    async def resources(self, name: str, since: float | None = None) -> dict[str, Any]:
+        """The job's resource series per worker (docs/metrics.md §1.1): columns `t`,
+        `cpu_cores`, `memory_bytes`, `gpu_utilization`, `gpu_memory_bytes`, each worker's
+        `memory_limit_bytes`; with `since`, only the points after that Unix time."""
+        path, params = _job_path(name, "resources")
+        query: dict[str, QueryValue] = {**params, "since": since}
+        return await self._object("GET", path, params=query)
+
     async def events(self, name: str) -> list[Event]:
         """The job's events, oldest first."""
         path, params = _job_path(name, "events")
@@ -1148,6 +1156,7 @@ class Client:
     jobs = _blocking(AsyncClient.jobs)
     workers = _blocking(AsyncClient.workers)
     events = _blocking(AsyncClient.events)
+    resources = _blocking(AsyncClient.resources)
     quota = _blocking(AsyncClient.quota)
     registries = _blocking(AsyncClient.registries)
     save_registry = _blocking(AsyncClient.save_registry)

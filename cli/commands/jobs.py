@@ -18,6 +18,7 @@ from ..output import FORMATS, Column, cell, render_data, render_record, render_t
 from ..progress import Progress, human_size, plural
 from ..steps import SubmitSteps
 from . import CommandTree
+from .top import TOP_COLUMNS
 
 if TYPE_CHECKING:
     # Imported where used: these cost start-up time to every command (docs/performance.md).
@@ -451,6 +452,8 @@ def worker_columns(workers: Sequence[Mapping[str, Any]]) -> list[Column]:
     return [*WORKER_COLUMNS, GPU_COLUMN] if any(w.get("devices") for w in workers) else WORKER_COLUMNS
 
 
+PEAK_COLUMNS: list[Column] = TOP_COLUMNS[:-1]  # the peaks, with no time of their own
+
 EVENT_COLUMNS: list[Column] = [
     ("TIME", lambda e: local_time(e.get("time"))),
     ("TYPE", "type"),
@@ -531,6 +534,9 @@ def job_text(answer: Mapping[str, Any]) -> str:
         fields.append(("Env", lambda _: " ".join(f"{k}={v}" for k, v in spec["env"].items())))
     text = render_record(job, fields)
     text += "\nWorkers:\n" + render_table(job.workers, worker_columns(job.workers), empty="  (none yet)")
+    if job.resources:
+        peaks = [{"worker": name, **figures} for name, figures in job.resources.items()]
+        text += "\nPeak resource use:\n" + render_table(peaks, PEAK_COLUMNS)
     text += "\nEvents:\n" + render_table(job.events, EVENT_COLUMNS, empty="  (none)")
     return text
 

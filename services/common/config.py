@@ -433,6 +433,15 @@ class KubernetesSection(_Section):
     _kubeconfig = field_validator("kubeconfig")(_kubeconfig_path)
 
 
+class MetricsSection(_Section):
+    """What the jobs service samples of running jobs (docs/metrics.md)."""
+
+    # Seconds between two samples of each running worker's resource use (cgroups and
+    # nvidia-smi on one machine, the metrics API on Kubernetes). Below 0.1 s a sample
+    # costs more than it tells; above an hour a job's series says nothing.
+    interval: float = Field(5.0, ge=0.1, le=3600)
+
+
 class JobsSection(ServiceSection):
     port: int = Field(8081, ge=0, le=65535)
     backend: Literal["local", "kubernetes"] = "local"
@@ -473,8 +482,10 @@ class JobsSection(ServiceSection):
     scratch_max_bytes: int = Field(2**30, gt=0)
     log_max_bytes: int = Field(256 * 2**20, ge=2**20)
 
-    # PADDLECLOUD_JOBS_KUBERNETES carries the whole section as YAML (or JSON).
-    _kubernetes_text = field_validator("kubernetes", mode="before")(_section_text)
+    metrics: MetricsSection = MetricsSection()
+
+    # PADDLECLOUD_JOBS_KUBERNETES (and _METRICS) carries the whole section as YAML (or JSON).
+    _kubernetes_text = field_validator("kubernetes", "metrics", mode="before")(_section_text)
 
     _byte_sizes = field_validator("package_max_bytes", "scratch_max_bytes", "log_max_bytes", mode="before")(
         _byte_size

@@ -71,6 +71,9 @@ RESOURCES: dict[str, Resource] = {
     "Lease": Resource("apis/coordination.k8s.io/v1", "leases"),
     "RoleBinding": Resource("apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "SelfSubjectReview": Resource("apis/authentication.k8s.io/v1", "selfsubjectreviews", namespaced=False),
+    # Served by metrics-server through the aggregation layer where a cluster has one;
+    # a cluster without it answers 404 for the whole group.
+    "PodMetrics": Resource("apis/metrics.k8s.io/v1beta1", "pods"),
 }
 
 

@@ -25,6 +25,7 @@ from paddlecloud.common.web import (
 
 from .backend import LogQuery
 from .keys import MANAGER
+from .resources import finite_since
 from .spec import RegistrySpec, parse_submission
 from .views import DryRun, dry_run_view, event_view, job_view, registry_view
 
@@ -40,6 +41,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{name}/workers", get_workers)
     app.router.add_get("/api/v1/jobs/{name}/events", get_events)
     app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
+    app.router.add_get("/api/v1/jobs/{name}/resources", get_resources)
     app.router.add_get("/api/v1/quota", get_quota)
     # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
     app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
@@ -115,7 +117,20 @@ async def get_job(request: web.Request) -> web.Response:
     view = job_view(job)
     view["events"] = [event_view(e) for e in await manager.events(job)]
     view["workers"] = [w.to_dict() for w in await manager.workers(job)]
+    view["resources"] = await manager.peaks(job)
     return json_response(view)
+
+
+async def get_resources(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    job = await manager.get(_owner(request), request.match_info["name"])
+    raw = request.query.get("since")
+    try:
+        since = finite_since(raw)
+    except ValueError:
+        message = f"{(raw or '')[:40]!r} is not a time: give Unix seconds, as the series' `t`"
+        raise query_problem("since", message) from None
+    return json_response(await manager.resources(job, since))
 
 
 async def get_workers(request: web.Request) -> web.Response:

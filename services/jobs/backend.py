@@ -15,13 +15,14 @@ what it is given and reports what it sees. Five operations:
 `remove(job)` forgets the job's files or objects (`kill -rm`). The kubernetes backend maps
 the same calls onto a StatefulSet, an Indexed Job and watches; nothing above changes. A
 few optional hooks serve restarts and dry runs: `adopt` and `sweep` after a restart,
-`preview` for `submit --dry-run`, `forget_user` when a user is deleted.
+`preview` for `submit --dry-run`, `forget_user` when a user is deleted; `usage` for the
+resource series (resources.py samples it every `jobs.metrics.interval`).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator, Callable, Collection, Mapping
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +134,28 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class WorkerUsage:
+    """What one worker uses at one moment; None where the backend cannot know it (GPU
+    figures of a worker without GPUs, CPU on the first look at a worker)."""
+
+    worker: str
+    cpu_cores: float | None = None
+    memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    gpu_utilization: float | None = None  # percent, the mean over the worker's GPUs
+    gpu_memory_bytes: int | None = None  # the sum over the worker's GPUs
+
+
+@dataclass(frozen=True)
+class JobUsage:
+    """What a backend sees of one job's workers now: those running, or why it cannot say."""
+
+    workers: tuple[WorkerUsage, ...] = ()
+    available: bool = True
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class LogLine:
     worker: str
     line: str  # without its newline
@@ -190,6 +213,9 @@ class Backend(abc.ABC):
     # rather than failed: the backend's `adopt` must tell a start that half happened from
     # one that did, so the job runs once.
     resumes_unstarted = False
+    # Why this backend cannot sample what jobs use (no cgroups, no metrics API on the
+    # cluster), for the resources of a job that has no series; None while it can.
+    usage_unavailable: str | None = None
 
     async def open(self) -> None:  # noqa: B027 - most backends need nothing here
         """Prepare to run jobs (called once when the service starts)."""
@@ -260,6 +286,13 @@ class Backend(abc.ABC):
     def logs(self, job: JobRecord, query: LogQuery) -> AsyncGenerator[list[LogLine], None]:
         """The job's log lines in batches, as they become available; BadCursor for a
         cursor that is not ours."""
+
+    async def usage(self, jobs: Sequence[JobRecord]) -> dict[str, JobUsage]:
+        """What each job's running workers use now, by job id: called once per sampling
+        tick for every active job at once (so a backend reads shared sources, nvidia-smi,
+        the metrics API, once per tick)."""
+        unavailable = JobUsage(available=False, reason=f"not sampled by the {self.name} backend")
+        return {job.id: unavailable for job in jobs}
 
     def watch(self, changed: Callable[[str], None]) -> None:  # noqa: B027 - a backend may only be polled
         """Call `changed(job_id)` when a job may have changed, so the service observes it

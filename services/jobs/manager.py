@@ -9,6 +9,7 @@ which api.py renders through views.py:
 - reconcile.py: starting, the queue of jobs waiting for resources, the loop that records
   what the backend sees, and re-attaching after a restart;
 - quota.py, packages.py, launches.py: quota, the package on PFS, the launch's paths;
+- resources.py: what each worker uses, sampled while it runs and kept with the job;
 - records.py: the store boundary, where a stored job is read once into a typed record.
 """
 
@@ -28,6 +29,7 @@ from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.storage.base import ReadVolume
 from paddlecloud.common.store import Job, Registry, Store, StoreError
 from paddlecloud.common.store.models import ACTIVE_STATES, TERMINAL_STATES, JobEvent, utcnow
+from paddlecloud.common.tasks import background
 
 from .backend import Backend, LogLine, LogQuery, WorkerInfo
 from .builds import BUILD, Builds
@@ -36,6 +38,7 @@ from .packages import Packages
 from .quota import Quotas
 from .reconcile import Reconciler
 from .records import JobRecord, JobRecords, started
+from .resources import ResourceSampler
 from .spec import JobSpec, RegistrySpec
 from .submit import Submitter
 from .views import DryRun
@@ -62,6 +65,7 @@ class JobManager:
         packages = Packages(volume)
         self._quotas = Quotas(store, self._records, backend, pfs)
         self._reconciler = Reconciler(config, self._records, backend, packages)
+        self._sampler = ResourceSampler(config, store, backend, self._reconciler.active_jobs)
         self._builds = Builds(config, builder, backend, self._records, packages, self._reconciler.start)
         self._submitter = Submitter(
             config,
@@ -111,6 +115,14 @@ class JobManager:
 
     async def workers(self, job: JobRecord) -> list[WorkerInfo]:
         return await self._backend.workers(job)
+
+    async def resources(self, job: JobRecord, since: float | None) -> dict[str, Any]:
+        """The job's resource series per worker (docs/metrics.md §1.1)."""
+        return await self._sampler.view(job, since)
+
+    async def peaks(self, job: JobRecord) -> dict[str, Any] | None:
+        """The peak of each resource figure per worker; None if nothing was sampled."""
+        return await self._sampler.peaks(job)
 
     async def logs(
         self, identity: Identity, job: JobRecord, query: LogQuery
@@ -167,6 +179,7 @@ class JobManager:
         if remove:
             await self._backend.remove(job)
             await self._records.delete(job)
+            self._sampler.forget(job.id)
             return None
         return await self._records.refresh(job)
 
@@ -181,6 +194,7 @@ class JobManager:
             current = await self._records.refresh(job) or job
             await self._backend.remove(current)
             await self._records.delete(job)
+            self._sampler.forget(job.id)
         # Their saved registry credentials go too: a later account of the name gets none.
         for registry in await self._store.list_registries(user):
             await self._store.delete_registry(user, registry.name)
@@ -212,8 +226,9 @@ class JobManager:
         await self._reconciler.resume(self._builds)
 
     async def run(self) -> None:
-        """The reconcile loop, forever."""
-        await self._reconciler.run()
+        """The reconcile loop and the resource sampler, forever."""
+        async with background("jobs-resources", self._sampler.run()):
+            await self._reconciler.run()
 
     async def close(self) -> None:
         """Stop starting jobs and waiting for builds (a restarted service takes both up again)."""

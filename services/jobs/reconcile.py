@@ -241,6 +241,10 @@ class Reconciler:
             return None
         return launch_of(job, paths, kind, self._datacenter)
 
+    def active_jobs(self) -> list[JobRecord]:
+        """The jobs this service follows now (started, not final), as last recorded."""
+        return list(self._active.values())
+
     # -- the loop ----------------------------------------------------------------------
 
     def _job_changed(self, job_id: str) -> None:

@@ -633,3 +633,49 @@ async def test_parameter_servers_run_their_own_entry_and_one_that_quits_early_is
     )
     bad = await jobs.submit({"name": "bad", "package": package, "psentry": " "}, status=422)
     assert bad["errors"][0]["field"] == "psentry"
+
+
+async def test_resources_are_sampled_refused_for_a_bad_since_and_removed_with_the_job(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
+    jobs = await start_jobs(tmp_path, aiohttp_server, aiohttp_client, metrics={"interval": 0.1})
+    package = jobs.package({"train.py": "import time\nprint('up', flush=True)\ntime.sleep(60)\n"})
+    await jobs.submit({"name": "sampled", "package": package})
+
+    async def sampled() -> dict[str, Any]:
+        """The series once it has two points of trainer-0 (a first point has no CPU yet)."""
+        deadline = time.monotonic() + 30
+        while True:
+            body = await (await jobs.call("GET", "jobs/sampled/resources")).json()
+            if body["workers"] and len(body["workers"][0]["t"]) >= 2:
+                return body  # type: ignore[no-any-return]
+            assert time.monotonic() < deadline, body
+            await asyncio.sleep(0.05)
+
+    body = await sampled()
+    assert body["available"] is True and body["interval_seconds"] == 0.1
+    worker = body["workers"][0]
+    assert worker["worker"] == "trainer-0" and worker["memory_limit_bytes"] == 2**30
+    assert all(isinstance(m, int) for m in worker["memory_bytes"])  # 0 until its program ran
+    peaks = (await jobs.job("sampled"))["resources"]
+    assert peaks["trainer-0"]["memory_bytes"] == max(worker["memory_bytes"])
+
+    for bad in ("yesterday", "nan", "-1", "inf"):
+        resp = await jobs.call("GET", "jobs/sampled/resources", params={"since": bad})
+        problem = await resp.json(content_type=None)
+        assert (resp.status, resp.content_type) == (400, PROBLEM), problem
+        assert [e["field"] for e in problem["errors"]] == ["since"], problem
+    assert (await jobs.call("GET", "jobs/sampled/resources", "bob")).status == 404
+
+    # Written to the store when the job ends; `kill -rm` takes the series with the job.
+    store = jobs.server_app[STORE]  # type: ignore[attr-defined]
+    stored = await store.get_job("alice", "sampled")
+    assert (await jobs.call("DELETE", "jobs/sampled")).status == 200
+    deadline = time.monotonic() + 30
+    while not await store.list_series(stored.id):
+        assert time.monotonic() < deadline, "the series was not kept when the job ended"
+        await asyncio.sleep(0.05)
+    [kept] = await store.list_series(stored.id)
+    assert kept.worker == "trainer-0" and '"memory_bytes":[' in kept.text
+    assert (await jobs.call("DELETE", "jobs/sampled", params={"rm": "1"})).status == 204
+    assert await store.list_series(stored.id) == []

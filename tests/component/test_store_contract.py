@@ -17,6 +17,7 @@ from paddlecloud.common.store import (
     Job,
     JobEvent,
     KeptLog,
+    KeptSeries,
     Quota,
     Store,
     StoreError,
@@ -770,3 +771,21 @@ async def test_kept_logs_are_per_attempt_replaced_whole_and_go_with_their_job(st
     assert await store.delete_job(job.id)
     assert await store.list_kept_logs(job.id) == []
     assert [k.text for k in await store.list_kept_logs(other.id)] == ["other job\n"]
+
+
+async def test_series_are_per_worker_replaced_whole_and_go_with_their_job(store: Store) -> None:
+    job, other = make_job(), make_job()
+    await store.create_job(job)
+    await store.create_job(other)
+    await store.keep_series(KeptSeries(job.id, "trainer-1", '{"t":[1]}'))
+    await store.keep_series(KeptSeries(job.id, "pserver-0", '{"t":[]}'))
+    await store.keep_series(KeptSeries(job.id, "trainer-1", '{"t":[1,2]}'))
+    await store.keep_series(KeptSeries(other.id, "trainer-0", "other"))
+    kept = await store.list_series(job.id)
+    assert [(k.worker, k.text) for k in kept] == [("pserver-0", '{"t":[]}'), ("trainer-1", '{"t":[1,2]}')]
+    assert await store.delete_job(job.id)
+    assert await store.list_series(job.id) == []
+    # A sampler's write after the job was removed leaves nothing behind.
+    await store.keep_series(KeptSeries(job.id, "trainer-1", '{"t":[3]}'))
+    assert await store.list_series(job.id) == []
+    assert [k.text for k in await store.list_series(other.id)] == ["other"]

@@ -57,10 +57,11 @@ def kube_settings(kubeconfig: Path | str, prefix: str, **overrides: Any) -> Obj:
     }
 
 
-def write_server_config(path: Path, settings: Obj, **sections: Obj) -> Path:
-    """A `--server-config` YAML with the kubernetes backend and `settings`, and any other
-    sections (`builder=...`) as given."""
-    path.write_text(yaml.safe_dump({"jobs": {"backend": "kubernetes", "kubernetes": settings}, **sections}))
+def write_server_config(path: Path, settings: Obj, jobs: Obj | None = None, **sections: Obj) -> Path:
+    """A `--server-config` YAML with the kubernetes backend and `settings`, `jobs`' other
+    settings (`metrics`), and any other sections (`builder=...`) as given."""
+    jobs_section = {"backend": "kubernetes", "kubernetes": settings, **(jobs or {})}
+    path.write_text(yaml.safe_dump({"jobs": jobs_section, **sections}))
     return path
 
 
@@ -214,6 +215,7 @@ def kube_backend(
     mutate: Callable[[list[Obj]], None] | None = None,
     shared_labels: dict[str, str] | None = None,
     prefix: str | None = None,
+    jobs: Obj | None = None,
     **overrides: Any,
 ) -> Iterator[KubeBackend]:
     """A `paddlecloud server` on the real control plane for one test: the chart's
@@ -226,7 +228,8 @@ def kube_backend(
     as an operator would; `prefix` gives the users' namespaces' prefix (two releases
     sharing one), which the test then cleans up itself. The service is who the chart
     says (its paddlecloud.yaml's release, tenant_role, service_account: the release is
-    the rights' namespace and `pc`). A test module makes it its fixture:
+    the rights' namespace and `pc`). `jobs` adds to the jobs section (`metrics`).
+    A test module makes it its fixture:
 
         @pytest.fixture
         def backend(real_kube, server_factory, tmp_path):
@@ -255,6 +258,7 @@ def kube_backend(
                 prefix,
                 **{**rights.settings, **overrides},
             ),
+            jobs,
         )
         backend = KubeBackend(
             server_factory("--server-config", str(path)), real_kube, rights, prefix, tmp_path, shared

@@ -428,3 +428,32 @@ def test_bad_kubernetes_settings_stop_the_server_with_one_clear_line(
     assert result.returncode != 0
     assert expected in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_resources_say_not_available_on_a_cluster_without_metrics_server(
+    real_kube: RealKube, server_factory: Any, tmp_path: Path
+) -> None:
+    """The real API server serves no metrics.k8s.io (no metrics-server): with the chart's
+    rights the list is authorised and answered 404, and the series says so in words."""
+    with kb.kube_backend(real_kube, server_factory, tmp_path, jobs={"metrics": {"interval": 0.2}}) as k:
+        running = kb.script(trainer=lambda pod: kube_real.PodScript(run_forever=True))
+        with k.kube.scripted(running):
+            k.submit("watched")
+            k.wait_for_state("watched", ("RUNNING",))
+            answer = wait(
+                lambda: (
+                    (a := as_json(run_cli(k.server, "-o", "json", "top", "job", "watched")))["available"]
+                    is False
+                    and a
+                ),
+                "the sampler's first look at the job's pods",
+            )
+            assert (
+                answer["reason"]
+                == "not available on this cluster (no metrics.k8s.io: install metrics-server)"
+            )
+            assert answer["workers"] == []
+            table = ok(run_cli(k.server, "top", "job", "watched"))
+            assert table.strip() == f"Resource use of watched is not available: {answer['reason']}"
+            assert k.job("watched")["resources"] is None
+            ok(run_cli(k.server, "kill", "-rm", "watched"))

@@ -1,7 +1,7 @@
 """The repository for users, tokens, jobs, job events and builds, on SQLite or MongoDB."""
 
 from .base import AlreadyExists, Store, StoreError, open_store
-from .models import Build, Job, JobEvent, KeptLog, Quota, Registry, Token, User
+from .models import Build, Job, JobEvent, KeptLog, KeptSeries, Quota, Registry, Token, User
 
 __all__ = [
     "AlreadyExists",
@@ -9,6 +9,7 @@ __all__ = [
     "Job",
     "JobEvent",
     "KeptLog",
+    "KeptSeries",
     "Quota",
     "Registry",
     "Store",

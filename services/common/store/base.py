@@ -7,7 +7,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from .models import Build, Job, JobEvent, KeptLog, Quota, Registry, Token, User
+from .models import Build, Job, JobEvent, KeptLog, KeptSeries, Quota, Registry, Token, User
 
 
 class StoreError(Exception):
@@ -178,6 +178,17 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_kept_logs(self, job_id: str) -> list[KeptLog]:
         """The job's kept logs by worker, then attempt; `delete_job` removes them."""
+
+    # Resource series per worker (services/jobs/resources.py), kept with the job's history.
+
+    @abc.abstractmethod
+    async def keep_series(self, series: KeptSeries) -> None:
+        """Save `series`, replacing what was kept for that worker; nothing if its job is
+        gone (a sampler's last write racing `delete_job` leaves no orphan)."""
+
+    @abc.abstractmethod
+    async def list_series(self, job_id: str) -> list[KeptSeries]:
+        """The job's series by worker name; `delete_job` removes them."""
 
     # Leases: a named, expiring lock over every process that shares the store.
 

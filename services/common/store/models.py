@@ -148,6 +148,16 @@ class Registry:
 
 
 @dataclass(frozen=True)
+class KeptSeries:
+    """One worker's resource series (services/jobs/resources.py), as JSON text: replaced
+    whole when written, removed with its job."""
+
+    job_id: str
+    worker: str
+    text: str
+
+
+@dataclass(frozen=True)
 class KeptLog:
     """One container's whole log (one attempt of one worker), kept after its pod is gone.
     `attempt` sorts attempts of a worker in the order they ran."""

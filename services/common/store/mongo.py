@@ -26,6 +26,7 @@ from .models import (
     Job,
     JobEvent,
     KeptLog,
+    KeptSeries,
     Quota,
     Registry,
     Token,
@@ -105,6 +106,7 @@ class MongoStore(Store):
             await db.kept_logs.create_index(
                 [("job_id", ASCENDING), ("worker", ASCENDING), ("attempt", ASCENDING)], unique=True
             )
+            await db.job_series.create_index([("job_id", ASCENDING), ("worker", ASCENDING)], unique=True)
             await db.builds.create_index("id", unique=True)
             await db.builds.create_index([("key", ASCENDING), *_NEWEST_FIRST])
             await db.builds.create_index([("state", ASCENDING), *_NEWEST_FIRST])
@@ -396,6 +398,21 @@ class MongoStore(Store):
             )
             return [KeptLog(d["job_id"], d["worker"], d["attempt"], d["text"]) async for d in cursor]
 
+    async def keep_series(self, series: KeptSeries) -> None:
+        key = {"job_id": series.job_id, "worker": series.worker}
+        with _errors(f"series of {series.worker}"):
+            if await self._collection("jobs").count_documents({"id": series.job_id}, limit=1) == 0:
+                return
+            await self._collection("job_series").replace_one(key, {**key, "text": series.text}, upsert=True)
+            # A delete_job between the check and the write: take back what it missed.
+            if await self._collection("jobs").count_documents({"id": series.job_id}, limit=1) == 0:
+                await self._collection("job_series").delete_many({"job_id": series.job_id})
+
+    async def list_series(self, job_id: str) -> list[KeptSeries]:
+        with _errors():
+            cursor = self._collection("job_series").find({"job_id": job_id}).sort("worker", ASCENDING)
+            return [KeptSeries(d["job_id"], d["worker"], d["text"]) async for d in cursor]
+
     async def delete_job(self, job_id: str) -> bool:
         with _errors():
             # The job first: add_event needs the job, so only an event that got its
@@ -404,6 +421,7 @@ class MongoStore(Store):
             result = await self._collection("jobs").delete_one({"id": job_id})
             await self._collection("job_events").delete_many({"job_id": job_id})
             await self._collection("kept_logs").delete_many({"job_id": job_id})
+            await self._collection("job_series").delete_many({"job_id": job_id})
         return result.deleted_count > 0
 
     # Job events

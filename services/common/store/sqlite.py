@@ -30,6 +30,7 @@ from .models import (
     Job,
     JobEvent,
     KeptLog,
+    KeptSeries,
     Quota,
     Registry,
     Token,
@@ -123,6 +124,12 @@ CREATE TABLE IF NOT EXISTS kept_logs (
     attempt TEXT NOT NULL,
     text TEXT NOT NULL,
     PRIMARY KEY (job_id, worker, attempt)
+);
+CREATE TABLE IF NOT EXISTS job_series (
+    job_id TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (job_id, worker)
 );
 """
 
@@ -578,6 +585,21 @@ class SQLiteStore(Store):
         )
         return [KeptLog(*row) for row in rows]
 
+    async def keep_series(self, series: KeptSeries) -> None:
+        # One statement: the job's row is checked in the same write that saves the series.
+        await self._write(
+            "INSERT OR REPLACE INTO job_series (job_id, worker, text)"
+            " SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?)",
+            (series.job_id, series.worker, series.text, series.job_id),
+            what=f"series of {series.worker}",
+        )
+
+    async def list_series(self, job_id: str) -> list[KeptSeries]:
+        rows = await self._query(
+            "SELECT job_id, worker, text FROM job_series WHERE job_id = ? ORDER BY worker", (job_id,)
+        )
+        return [KeptSeries(*row) for row in rows]
+
     async def release_lease(self, name: str, holder: str) -> None:
         await self._write(
             "DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder), what=f"lease {name}"
@@ -587,6 +609,7 @@ class SQLiteStore(Store):
         async with self._transaction() as conn:
             await conn.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
             await conn.execute("DELETE FROM kept_logs WHERE job_id = ?", (job_id,))
+            await conn.execute("DELETE FROM job_series WHERE job_id = ?", (job_id,))
             async with conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)) as cursor:
                 return cursor.rowcount > 0
 

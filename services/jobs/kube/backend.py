@@ -41,7 +41,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +57,7 @@ from paddlecloud.common.tasks import Spawned, backoff, restarting
 
 from ..backend import (
     Backend,
+    JobUsage,
     Launch,
     LogLine,
     LogQuery,
@@ -73,6 +74,7 @@ from ..records import JobRecord
 from ..spec import JobSpec
 from . import logs as kubelogs
 from . import manifests
+from . import usage as kubeusage
 from .cache import Fleet, Informer, KindView
 from .judge import CREATE_FAILED, VOLUME_FAILED, Observed, Recorded, Rules, exit_words, iso, judge
 from .names import (
@@ -757,6 +759,40 @@ class KubernetesBackend(Backend):
                 )
             else:
                 result.append(_worker_info(planned, newest, tries[planned.name] - 1, stopped))
+        return result
+
+    # -- resource use ------------------------------------------------------------------
+
+    async def usage(self, jobs: Sequence[JobRecord]) -> dict[str, JobUsage]:
+        """Each job's PodMetrics (usage.py), one list per job by its id's label. A cluster
+        that does not serve the group (404) or lets the service not read it (403) is said
+        once for all jobs of the tick; an API server away leaves the tick without figures."""
+        result: dict[str, JobUsage] = {}
+        refused: JobUsage | None = None
+        for job in jobs:
+            _, _, pods = self._objects(job)
+            names = {str(_meta(pod).get("name")): who[0] for pod in pods if (who := worker_of(pod))}
+            if refused is not None or not names:
+                result[job.id] = refused or JobUsage()
+                continue
+            namespace = self.namespace(job.owner)
+            try:
+                body = await self.kube.list("PodMetrics", namespace, selector=f"{LABEL_JOB_ID}={job.id}")
+            except NotFound:
+                refused = JobUsage(available=False, reason=kubeusage.NOT_SERVED)
+            except Forbidden:
+                refused = JobUsage(available=False, reason=kubeusage.NOT_ALLOWED)
+            except KubeError as exc:
+                log.debug("pod_metrics_unread", job=job.name, error=str(exc))
+                result[job.id] = JobUsage()
+                continue
+            else:
+                found = kubeusage.worker_usage(body.get("items") or [], names, planned_workers(job.spec))
+                result[job.id] = JobUsage(tuple(found))
+                self.usage_unavailable = None
+                continue
+            result[job.id] = refused
+            self.usage_unavailable = refused.reason
         return result
 
     # -- logs --------------------------------------------------------------------------

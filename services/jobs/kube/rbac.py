@@ -165,6 +165,13 @@ TENANT_PERMISSIONS: tuple[Permission, ...] = (
     Permission("", "pods", ("get", "list", "watch"), "namespaced", "per-worker state, hosts, exit codes"),
     Permission("", "pods/log", ("get",), "namespaced", "job logs"),
     Permission(
+        "metrics.k8s.io",
+        "pods",
+        ("get", "list"),
+        "namespaced",
+        "what each worker uses (PodMetrics, where metrics-server runs): the job's resource series",
+    ),
+    Permission(
         "", "events", ("list", "watch"), "namespaced", "why a pod cannot start (scheduling, image pulls)"
     ),
 )

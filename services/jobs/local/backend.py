@@ -36,7 +36,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from paddlecloud.common.volume import PfsPath, Root
 
 from ..backend import (
     Backend,
+    JobUsage,
     Launch,
     LogLine,
     LogQuery,
@@ -71,6 +72,7 @@ from .logmerge import LogMerge
 from .plan import STOP_REASON, CgroupPlan, HostPlan, Plan, Ports, SandboxPlan, WorkerPaths, build_plan
 from .uids import UidMap, UidsExhausted
 from .unpack import unpack
+from .usage import NO_CGROUPS, UsageReader
 
 log = structlog.get_logger(__name__)
 
@@ -89,6 +91,7 @@ class _Seen:
 
     state_key: tuple[int, int] = (0, 0)
     state: dict[str, Any] | None = None
+    plan: Plan | None = None  # for sampling its workers' usage
 
 
 class Zygote:
@@ -189,6 +192,7 @@ class LocalBackend(Backend):
         self._notify: socket.socket | None = None
         self._changed: Callable[[str], None] | None = None
         self._seen: dict[str, _Seen] = {}
+        self._usage = UsageReader()
 
     @property
     def sandboxed(self) -> bool:
@@ -222,6 +226,7 @@ class LocalBackend(Backend):
                 detail="jobs run as this service's user and can read what it can: install bubblewrap",
             )
         if self._hierarchy is None:
+            self.usage_unavailable = NO_CGROUPS
             log.warning(
                 "job_limits_advisory", detail="cpu, memory and pids limits are not enforced (no cgroups)"
             )
@@ -643,6 +648,7 @@ class LocalBackend(Backend):
     def forget(self, job: JobRecord) -> None:
         """Drop what `observe` cached for a job that is final, and give back its GPUs."""
         self._seen.pop(job.id, None)
+        self._usage.forget(job.id)
         self._gpus.release(job.id)
 
     async def workers(self, job: JobRecord) -> list[WorkerInfo]:
@@ -670,6 +676,21 @@ class LocalBackend(Backend):
                 )
             )
         return result
+
+    async def usage(self, jobs: Sequence[JobRecord]) -> dict[str, JobUsage]:
+        """The running workers' cgroups (and GPUs): those the supervisor's state calls RUNNING."""
+        looked: dict[str, tuple[Plan, set[str]]] = {}
+        for job in jobs:
+            seen = self._seen.setdefault(job.id, _Seen())
+            if seen.plan is None:
+                plan = self._plan(job)
+                if not plan.workers:
+                    continue  # not written yet
+                seen.plan = plan  # written once, before the supervisor starts
+            state = self._read_state(job) or {}
+            running = {str(w.get("name")) for w in state.get("workers", ()) if w.get("state") == RUNNING}
+            looked[job.id] = (seen.plan, running)
+        return await self._usage.read(looked)
 
     def _plan(self, job: JobRecord) -> Plan:
         job_dir = self._job_dir(job)

@@ -42,8 +42,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paddlecloud.common.cgroups import Hierarchy
 from paddlecloud.common.sandbox import Bind
 
 from ..contract import RESERVED_ENV, JobContract, contract_env
@@ -154,6 +156,13 @@ class CgroupPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def hierarchy(self) -> Hierarchy:
+        return Hierarchy(2 if self.version == 2 else 1, Path(self.root), self.parent)
+
+    def group_of(self, worker: str) -> str:
+        """The worker's group, relative to the hierarchy's parent."""
+        return f"{self.job}/{worker}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CgroupPlan:

@@ -752,15 +752,13 @@ class Child:
 
 def hierarchy_of(plan: Plan) -> Hierarchy | None:
     """Where the plan's workers get their groups; None without cgroups."""
-    if plan.cgroups is None:
-        return None
-    return Hierarchy(plan.cgroups.version, Path(plan.cgroups.root), plan.cgroups.parent)  # type: ignore[arg-type]
+    return None if plan.cgroups is None else plan.cgroups.hierarchy()
 
 
 def cgroup_of(plan: Plan, worker: Worker) -> str:
     """The worker's group, relative to the hierarchy's parent."""
     assert plan.cgroups is not None
-    return f"{plan.cgroups.job}/{worker.name}"
+    return plan.cgroups.group_of(worker.name)
 
 
 def remove_worker_cgroups(plan: Plan, groups: dict[str, list[Path]]) -> None:
