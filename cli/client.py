@@ -561,6 +561,13 @@ class AsyncClient:
         body = await self._object("GET", path, params=params)
         return self._items(Event, body, f"GET {path}", "events")
 
+    async def metrics(self, name: str, tag: str | None = None) -> dict[str, Any]:
+        """The job's training curves (docs/metrics.md §2.3): `series`, one per worker (or
+        TensorBoard run) and tag, with columns `step`, `wall_time` and `value`, and `warnings`
+        (what the server did not read, and why); only `tag` when given."""
+        path, params = _job_path(name, "metrics")
+        return await self._object("GET", path, params={**params, "tag": tag})
+
     async def quota(self) -> Quota:
         """Your usage against your limits (cpu, gpu, memory, jobs, storage), and the GPUs held."""
         return await self._answer(Quota, "GET", "quota")
@@ -1157,6 +1164,7 @@ class Client:
     workers = _blocking(AsyncClient.workers)
     events = _blocking(AsyncClient.events)
     resources = _blocking(AsyncClient.resources)
+    metrics = _blocking(AsyncClient.metrics)
     quota = _blocking(AsyncClient.quota)
     registries = _blocking(AsyncClient.registries)
     save_registry = _blocking(AsyncClient.save_registry)

@@ -90,7 +90,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> No
         choices=FORMATS,
         default=default("table"),
         metavar="FORMAT",
-        help="table (for people, the default), json or yaml (for scripts: the server's data as is)",
+        help="table (for people, the default), json or yaml (for scripts: the server's data as is), "
+        "csv (metrics)",
     )
     add_flag(group, "debug", action="store_true", default=default(False), help="log HTTP calls, tracebacks")
     add_flag(
@@ -184,6 +185,8 @@ def main(
         prog=prog, env=env, stdout=stdout, stderr=stderr, stdin=stdin, options=args, on_chunk=on_chunk
     )
     try:
+        if getattr(args, "output", None) == "csv" and not getattr(args, "csv", False):
+            raise UsageError("-o csv is only for `paddlecloud metrics`; use -o table, json or yaml here")
         outcome = args.handler(ctx, args)
         if isinstance(outcome, int):
             return outcome

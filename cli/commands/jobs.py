@@ -714,6 +714,10 @@ def _memory(value: str) -> str:
     return value
 
 
+# What `submit --output X` takes for a format: csv is not one of submit's, so X=csv stays a path.
+_SUBMIT_FORMATS = tuple(f for f in FORMATS if f != "csv")
+
+
 def _split_output(arg_strings: Sequence[str]) -> list[str]:
     """`submit --output X`: the global output format when X is one (json, yaml, table), else the
     job's output path; `-o` is always the format and `--output-path` always the path."""
@@ -727,12 +731,12 @@ def _split_output(arg_strings: Sequence[str]) -> list[str]:
         flag, eq, value = arg.partition("=")
         if flag in ("-output", "--output"):
             if eq:
-                out.append(arg if value in FORMATS else f"{OUTPUT_PATH_FLAG}={value}")
+                out.append(arg if value in _SUBMIT_FORMATS else f"{OUTPUT_PATH_FLAG}={value}")
                 continue
             following = next(rest, None)
             if following is None:
                 out.append(arg)
-            elif following in FORMATS or following.startswith("-"):
+            elif following in _SUBMIT_FORMATS or following.startswith("-"):
                 out.extend([arg, following])
             else:
                 out.extend([OUTPUT_PATH_FLAG, following])

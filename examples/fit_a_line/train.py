@@ -61,7 +61,7 @@ from typing import IO, Any
 
 from make_data import FEATURES, NOISE
 
-from paddlecloud import dataset, runtime
+from paddlecloud import dataset, metrics, runtime
 
 DATA = "data/housing-*.csv"  # in the package; FIT_A_LINE_DATA overrides (a glob)
 MODEL_FILE = "model.json"
@@ -500,7 +500,10 @@ def run_trainer(info: runtime.RuntimeInfo, environ: dict[str, str]) -> int:
             losses.append(loss * len(batch))
             params = model.step(grad)
         if mine:
-            log(f"pass {number} trainer {trainer} loss {math.fsum(losses) / len(mine):.6f}")
+            loss = math.fsum(losses) / len(mine)
+            log(f"pass {number} trainer {trainer} loss {loss:.6f}")
+            # The curve `paddlecloud metrics` and the dashboard show (docs/metrics.md).
+            metrics.log(step=number, loss=loss)
     params = model.done()
     final = mse(params, normalise(everything, means, stds))
     ok = final < THRESHOLD

@@ -27,9 +27,10 @@ from .backend import LogQuery
 from .keys import MANAGER
 from .resources import finite_since
 from .spec import RegistrySpec, parse_submission
-from .views import DryRun, dry_run_view, event_view, job_view, registry_view
+from .views import DryRun, dry_run_view, event_view, job_view, registry_view, scalars_view
 
 MAX_LIST_LIMIT = 500
+MAX_TAG = 256
 ROLES = {"pserver": "PSERVER", "trainer": "TRAINER"}
 
 
@@ -42,6 +43,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/v1/jobs/{name}/events", get_events)
     app.router.add_get("/api/v1/jobs/{name}/logs", get_logs)
     app.router.add_get("/api/v1/jobs/{name}/resources", get_resources)
+    app.router.add_get("/api/v1/jobs/{name}/metrics", get_metrics)
     app.router.add_get("/api/v1/quota", get_quota)
     # Internal: the gateway calls it when an admin deletes a user (it is not proxied).
     app.router.add_delete("/api/v1/users/{name}/jobs", forget_user)
@@ -143,6 +145,17 @@ async def get_events(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
     job = await manager.get(_owner(request), request.match_info["name"])
     return json_response({"events": [event_view(e) for e in await manager.events(job)]})
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    """The job's training curves (docs/metrics.md §2.3), `?tag=T` (repeatable) for some."""
+    manager = request.app[MANAGER]
+    job = await manager.get(_owner(request), request.match_info["name"])
+    tags = request.query.getall("tag", [])
+    if any(not tag or len(tag) > MAX_TAG for tag in tags):
+        raise query_problem("tag", f"a tag is 1 to {MAX_TAG} characters")
+    found = await manager.scalars(job, tags)
+    return json_response(scalars_view(job.name, found))
 
 
 async def kill_job(request: web.Request) -> web.Response:

@@ -24,21 +24,24 @@ import structlog
 
 from paddlecloud.common.clients import BuilderClient, PfsClient
 from paddlecloud.common.config import Config
-from paddlecloud.common.errors import BadCursor, NotFound
+from paddlecloud.common.errors import BadCursor, NotFound, ProblemError
 from paddlecloud.common.internal_auth import Identity
 from paddlecloud.common.storage.base import ReadVolume
 from paddlecloud.common.store import Job, Registry, Store, StoreError
 from paddlecloud.common.store.models import ACTIVE_STATES, TERMINAL_STATES, JobEvent, utcnow
 from paddlecloud.common.tasks import background
+from paddlecloud.common.volume import resolve_for
 
 from .backend import Backend, LogLine, LogQuery, WorkerInfo
 from .builds import BUILD, Builds
 from .errors import JobNotFound
+from .launches import output_text
 from .packages import Packages
 from .quota import Quotas
 from .reconcile import Reconciler
 from .records import JobRecord, JobRecords, started
 from .resources import ResourceSampler
+from .scalars import Scalars, read_scalars
 from .spec import JobSpec, RegistrySpec
 from .submit import Submitter
 from .views import DryRun
@@ -62,6 +65,7 @@ class JobManager:
         self._store = store
         self._backend = backend
         self._records = JobRecords(store)
+        self._volume = volume
         packages = Packages(volume)
         self._quotas = Quotas(store, self._records, backend, pfs)
         self._reconciler = Reconciler(config, self._records, backend, packages)
@@ -123,6 +127,17 @@ class JobManager:
     async def peaks(self, job: JobRecord) -> dict[str, Any] | None:
         """The peak of each resource figure per worker; None if nothing was sampled."""
         return await self._sampler.peaks(job)
+
+    async def scalars(self, job: JobRecord, tags: Collection[str] = ()) -> Scalars:
+        """The job's training curves as its output on PFS holds them now (scalars.py): while
+        it runs and after it ended alike."""
+        datacenter = self._config.pfs.datacenter
+        text = output_text(job.spec, datacenter, job.owner)
+        try:
+            output = resolve_for(Identity(job.owner), text, datacenter, write=True)
+        except ProblemError as exc:  # a path that no longer resolves for its owner: nothing to read
+            return Scalars(warnings=[f"the job's output {text} cannot be read: {exc.detail}"])
+        return await read_scalars(self._volume, output, tuple(tags))
 
     async def logs(
         self, identity: Identity, job: JobRecord, query: LogQuery

@@ -16,6 +16,7 @@ from paddlecloud.common.store.models import JobEvent
 
 from .backend import PlannedWorker
 from .records import JobRecord
+from .scalars import Scalars
 
 
 def iso(value: datetime | None) -> str | None:
@@ -84,3 +85,8 @@ def dry_run_view(dry: DryRun) -> dict[str, Any]:
     if dry.objects:
         answer["objects"] = dry.objects
     return answer
+
+
+def scalars_view(name: str, found: Scalars) -> dict[str, Any]:
+    """A job's curves (docs/metrics.md §2.3): columnar series, and what was cut or refused."""
+    return {"name": name, "series": [s.to_dict() for s in found.series], "warnings": found.warnings}

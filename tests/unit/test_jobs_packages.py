@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud.common.errors import Invalid
-from paddlecloud.common.storage.base import Download, ReadVolume, Stat
+from paddlecloud.common.storage.base import Download, Entry, ReadVolume, Stat
 from paddlecloud.common.storage.posix import PosixVolume
 from paddlecloud.common.volume import PfsPath
 from paddlecloud.jobs.packages import Packages
@@ -53,6 +53,9 @@ class RangedReads(ReadVolume):
     async def open(self, path: PfsPath) -> Download | None:
         download = await self.inner.open(path)
         return None if download is None else Counted(download, self)
+
+    async def list(self, path: PfsPath, *, recursive: bool, max_path_bytes: int) -> list[Entry]:
+        return await self.inner.list(path, recursive=recursive, max_path_bytes=max_path_bytes)
 
 
 @pytest.fixture

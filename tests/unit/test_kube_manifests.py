@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from paddlecloud.common.config import DatacenterVolume, KubernetesSection, load_config
 from paddlecloud.common.store import Job, Quota, Registry
+from paddlecloud.jobs import sdk
 from paddlecloud.jobs.backend import Launch, Runtime
 from paddlecloud.jobs.contract import (
     DEVICE_ENV,
@@ -322,7 +323,9 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
     assert main["name"] == role
     assert main["image"] == plan.image
     assert main["workingDir"] == manifests.WORK_DIR
-    assert main["command"] == ["/bin/sh", "-c", spec.entry]
+    # The entry runs after a line that appends the SDK to PYTHONPATH (the kubelet's `$$` is `$`).
+    assert main["command"] == ["/bin/sh", "-c", sdk.pythonpath_prefix().replace("$", "$$") + spec.entry]
+    assert_sdk(plan, pod, main)
     cpu, memory = (spec.cpu, spec.memory) if role == names.ROLE_TRAINER else (spec.pscpu, spec.psmemory)
     # Every container asks for the job's disk, and the work volume holds no more.
     wanted = {"cpu": str(cpu), "memory": str(memory), "ephemeral-storage": spec.disk}
@@ -343,6 +346,22 @@ def assert_pod(plan: JobPlan, role: str, pod: dict[str, Any]) -> None:
     assert init_names == ["unpack", *(["wait-pservers"] if waits else [])]
     assert_pfs_mounts(plan, pod)
     assert_contract_keys(role, main, passes=spec.passes)
+
+
+def assert_sdk(plan: JobPlan, pod: dict[str, Any], main: dict[str, Any]) -> None:
+    """The SDK's files come from the job's own ConfigMap, mounted read-only in the main
+    container alone, and PYTHONPATH is no variable of the pod's (a user may set it)."""
+    (volume,) = [v for v in pod["volumes"] if v["name"] == manifests.SDK_VOLUME]
+    assert volume["configMap"]["name"] == names.owner_name(plan.launch.spec.name)
+    assert {item["path"] for item in volume["configMap"]["items"]} == {sdk.INIT, sdk.METRICS}
+    assert volume["configMap"]["defaultMode"] == 0o444
+    owner = manifests.owner_object(plan)
+    for item in volume["configMap"]["items"]:
+        assert owner["data"][item["key"]] == sdk.files()[item["path"]]
+    assert {"name": manifests.SDK_VOLUME, "mountPath": sdk.SDK_DIR, "readOnly": True} in main["volumeMounts"]
+    for init in pod["initContainers"]:
+        assert all(m["name"] != manifests.SDK_VOLUME for m in init.get("volumeMounts", []))
+    assert "PYTHONPATH" not in {var["name"] for var in main["env"]} - set(plan.launch.spec.env)
 
 
 def assert_pfs_mounts(plan: JobPlan, pod: dict[str, Any]) -> None:
@@ -536,6 +555,12 @@ def test_registry_credentials_become_a_dockerconfigjson_secret() -> None:
     assert "s3cr" not in json.dumps(shown)
     assert one(shown, "Secret")["data"] == {".dockerconfigjson": "<redacted>"}
     assert one(manifests.all_objects(plan), "Secret")["data"] == secret["data"], "redacted copies"
+    # The SDK's source is named, not printed; the spec is printed as it is.
+    owner, printed = one(manifests.all_objects(plan), "ConfigMap"), one(shown, "ConfigMap")
+    assert printed["data"]["sdk-metrics.py"] == (
+        f"<the SDK's paddlecloud/metrics.py, {len(owner['data']['sdk-metrics.py'])} characters>"
+    )
+    assert printed["data"][manifests.SPEC_KEY] == owner["data"][manifests.SPEC_KEY]
 
 
 @pytest.mark.parametrize(

@@ -184,7 +184,8 @@ class Staging(abc.ABC):
 
 
 class ReadVolume(abc.ABC):
-    """What a service that only reads PFS needs (jobs: a submission's package and inputs)."""
+    """What a service that only reads PFS needs (jobs: a submission's package and inputs,
+    a job's training curves in its output)."""
 
     kind: str  # "posix" or "hdfs"
 
@@ -196,6 +197,12 @@ class ReadVolume(abc.ABC):
     async def open(self, path: PfsPath) -> Download | None:
         """The regular file at `path` opened for reading; None for a directory;
         OSError(ELOOP) for a symlink, FileNotFoundError where nothing is."""
+
+    @abc.abstractmethod
+    async def list(self, path: PfsPath, *, recursive: bool, max_path_bytes: int) -> list[Entry]:
+        """A directory's entries (every descendant with `recursive`, never entering a
+        symlink), or a file's or symlink's own; sorted by path. A tree holding a path
+        longer than `max_path_bytes` raises `TreeTooDeep`."""
 
     async def read(self, path: PfsPath, limit: int) -> bytes:
         """At most `limit` bytes from the start of the file at `path`."""
@@ -227,12 +234,6 @@ class AbstractVolume(ReadVolume):
     @abc.abstractmethod
     async def ensure_home(self, user: str) -> None:
         """Make `home/<user>` if it is missing (its quota comes with `quotas.settle`)."""
-
-    @abc.abstractmethod
-    async def list(self, path: PfsPath, *, recursive: bool, max_path_bytes: int) -> list[Entry]:
-        """A directory's entries (every descendant with `recursive`, never entering a
-        symlink), or a file's or symlink's own; sorted by path. A tree holding a path
-        longer than `max_path_bytes` raises `TreeTooDeep`."""
 
     @abc.abstractmethod
     async def sha256(self, path: PfsPath, *, compute: bool) -> tuple[Stat, str | None] | None:

@@ -40,6 +40,7 @@ from paddlecloud.common.dockerconfig import Credentials, dockerconfigjson, host_
 from paddlecloud.common.quantity import format_bytes, format_cpu_milli, parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Quota, Registry
 
+from .. import sdk
 from ..backend import Launch
 from ..contract import RESERVED_ENV, JobContract, contract_env
 from ..spec import DEFAULT_CPU, DEFAULT_DISK, DEFAULT_MEMORY, MAX_PSERVERS, MAX_TRAINERS
@@ -61,9 +62,13 @@ DISK_RESOURCE = "ephemeral-storage"
 POD_INTERFACE = "eth0"
 PFS_VOLUME = "pfs"
 WORK_VOLUME = "work"
+SDK_VOLUME = "sdk"
 POD_SECURITY = "pod-security.kubernetes.io"
 # The owner ConfigMap's key for the job's spec.
 SPEC_KEY = "spec.json"
+# The owner ConfigMap's keys for the SDK's files (sdk.py), by their path below sdk.SDK_DIR:
+# a key may not hold a `/`, so the pods' volume maps each key to its path.
+SDK_KEYS = {"sdk-init.py": sdk.INIT, "sdk-metrics.py": sdk.METRICS}
 
 # The downward API fields that hold a pod's index within its role.
 _INDEX_FIELD = {
@@ -305,8 +310,10 @@ def _limit_range(
 
 
 def owner_object(plan: JobPlan) -> dict[str, Any]:
-    """The job's owner: a ConfigMap with the job's spec, made first. Immutable: the spec
-    of a job never changes (labels and annotations still may).
+    """The job's owner: a ConfigMap with the job's spec, made first, and the SDK's files
+    (sdk.py) that its pods mount, so that a job carries the SDK of the platform that
+    started it and nothing outlives it. Immutable: the spec of a job never changes (labels
+    and annotations still may), and the kubelet need not watch it.
 
     Raises ValueError as `job_objects` does, so a launch that cannot run is refused
     before anything is created."""
@@ -317,7 +324,10 @@ def owner_object(plan: JobPlan) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": _job_metadata(plan, names.owner_name(plan.launch.spec.name), names.ROLE_JOB, owned=False),
         "immutable": True,
-        "data": {SPEC_KEY: json.dumps(spec, sort_keys=True, separators=(",", ":"))},
+        "data": {
+            SPEC_KEY: json.dumps(spec, sort_keys=True, separators=(",", ":")),
+            **{key: sdk.files()[path] for key, path in SDK_KEYS.items()},
+        },
     }
 
 
@@ -354,11 +364,17 @@ def all_objects(plan: JobPlan) -> list[dict[str, Any]]:
 
 
 def redacted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`objects` with every Secret's data replaced by a placeholder, for printing."""
+    """`objects` with every Secret's data replaced by a placeholder, for printing, and the
+    SDK's source files in the owner ConfigMap by a line that names them (a dry run's YAML
+    would otherwise be mostly platform code)."""
     shown = []
     for obj in objects:
+        data = obj.get("data") or {}
         if obj.get("kind") == "Secret":
-            obj = {**obj, "data": dict.fromkeys(obj.get("data", {}), "<redacted>")}
+            obj = {**obj, "data": dict.fromkeys(data, "<redacted>")}
+        elif obj.get("kind") == "ConfigMap" and SDK_KEYS.keys() <= data.keys():
+            sdk_files = {key: f"<the SDK's {SDK_KEYS[key]}, {len(data[key])} characters>" for key in SDK_KEYS}
+            obj = {**obj, "data": data | sdk_files}
         shown.append(obj)
     return shown
 
@@ -571,6 +587,7 @@ def _pod_template(plan: JobPlan, role: str) -> dict[str, Any]:
         "volumes": [
             {"name": WORK_VOLUME, "emptyDir": {"sizeLimit": format_bytes(spec.disk_bytes)}},
             *_pfs_volumes(plan),
+            _sdk_volume(plan),
         ],
     }
     if role == "TRAINER":
@@ -643,13 +660,19 @@ def _main_container(plan: JobPlan, role: str) -> dict[str, Any]:
         "name": _ROLE_LABEL[role],
         "image": plan.image,
         "imagePullPolicy": _pull_policy(plan, plan.image),
-        "command": ["/bin/sh", "-c", _literal(command)],
+        # PYTHONPATH gains the SDK in the shell, after the image's and the user's own:
+        # an env entry would replace the image's value, which the kubelet cannot refer to.
+        "command": ["/bin/sh", "-c", _literal(sdk.pythonpath_prefix() + command)],
         "workingDir": WORK_DIR,
         "env": _contract_env(plan, role),
         "ports": ports,
         "resources": _resources(plan, role, gpus=True),
         "securityContext": _container_security(),
-        "volumeMounts": [{"name": WORK_VOLUME, "mountPath": WORK_DIR}, *_pfs_mounts(plan)],
+        "volumeMounts": [
+            {"name": WORK_VOLUME, "mountPath": WORK_DIR},
+            *_pfs_mounts(plan),
+            {"name": SDK_VOLUME, "mountPath": sdk.SDK_DIR, "readOnly": True},
+        ],
         # A failed worker's last lines become its termination message: the reason.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -729,6 +752,18 @@ def _wait_container(plan: JobPlan) -> dict[str, Any]:
 
 
 # --- Volumes ---------------------------------------------------------------------------
+
+
+def _sdk_volume(plan: JobPlan) -> dict[str, Any]:
+    """The SDK's files from the job's owner ConfigMap, each at its path, read-only to all."""
+    return {
+        "name": SDK_VOLUME,
+        "configMap": {
+            "name": names.owner_name(plan.launch.spec.name),
+            "items": [{"key": key, "path": path} for key, path in SDK_KEYS.items()],
+            "defaultMode": 0o444,
+        },
+    }
 
 
 def _volume(plan: JobPlan) -> DatacenterVolume:
