@@ -14,9 +14,10 @@ __all__ = ["browser", "context", "no_leaked_tasks", "platform"]  # fixtures, as 
 
 pytestmark = pytest.mark.slow
 
-# Logs 50 steps of loss (and accuracy), holds some memory (written, so it is resident),
-# keeps a quarter of a core busy for the CPU chart, and stays RUNNING until the test writes
-# `go`: the test decides when the job ends, with no timing involved in what it asserts.
+# Logs 50 steps of loss (and accuracy) and a line that is no record, holds some memory
+# (written, so it is resident), keeps a quarter of a core busy for the CPU chart, and stays
+# RUNNING until the test writes `go`: the test decides when the job ends, with no timing
+# involved in what it asserts.
 CURVES_PY = """\
 import os, time
 import paddlecloud.metrics
@@ -24,6 +25,8 @@ import paddlecloud.metrics
 home = os.environ["PADDLE_CLOUD_PFS_HOME"]
 for i in range(50):
     paddlecloud.metrics.log(step=i, loss=2.0 / (i + 1), acc=1.0 - 0.5 / (i + 1))
+with open(paddlecloud.metrics.metrics_path(), "a") as spoilt:
+    spoilt.write("not a record\\n")
 print("logged 50 steps", flush=True)
 held = b"x" * (96 * 1024 * 1024)
 while not os.path.exists(os.path.join(home, "go")):
@@ -99,6 +102,8 @@ def test_a_job_page_draws_the_loss_the_sdk_logged_and_the_resource_use_at_any_wi
     left, middle, right = ink(loss)
     assert min(left, middle, right) > 20, f"the loss line's pixels by third: {left, middle, right}"
     assert "trainer-0" in (loss.locator(".plot").get_attribute("aria-label") or "")
+    # What the service could not read is said under the curves, in its words.
+    page.locator("#scalars-note", has_text="Not read: metrics/trainer-0.jsonl: 1 malformed").wait_for()
 
     # Resource use while the job runs: memory with its limit, in bytes; CPU in cores.
     page.wait_for_function(POINTS_AT_LEAST, arg=["memory", 2])

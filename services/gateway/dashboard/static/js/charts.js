@@ -351,12 +351,12 @@ export class JobCharts {
       const answer = await api(this.url("metrics"));
       const specs = scalarSpecs(answer, this.colours);
       this.scalars.show(specs);
-      note(
-        "scalars-note",
-        specs.length
-          ? ""
-          : "No training curves yet: a training program logs them with paddlecloud.metrics.log(step=..., loss=...).",
-      );
+      // What the jobs service could not read (a malformed line, a cut file), in its words.
+      const warnings = (answer.warnings || []).join(" ");
+      const empty = specs.length
+        ? ""
+        : "No training curves yet: a training program logs them with paddlecloud.metrics.log(step=..., loss=...).";
+      note("scalars-note", [empty, warnings && `Not read: ${warnings}`].filter(Boolean).join(" "));
     } catch (error) {
       note("scalars-note", `Could not read the training curves: ${error.message || error}`);
     }
