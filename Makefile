@@ -137,7 +137,8 @@ viewers:
 
 # Refresh the dashboard screenshots under docs/ that the README shows.
 screenshots: install-dev system-deps
-	PADDLECLOUD_SCREENSHOTS=1 $(BIN)/pytest tests/e2e/test_dashboard.py -k live_logs
+	PADDLECLOUD_SCREENSHOTS=1 $(BIN)/pytest tests/e2e/test_dashboard.py tests/e2e/test_dashboard_charts.py \
+		-k "live_logs or loss_the_sdk_logged"
 
 bench: install-dev ferretdb hdfs
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }

@@ -30,9 +30,18 @@ def _attrs(values: dict[str, str]) -> str:
     return " ".join(f'{name}="{escape(value, quote=True)}"' for name, value in values.items())
 
 
-def _document(title: str, body_attrs: dict[str, str], header: str, main: str, scripts: list[str]) -> str:
+def _document(
+    title: str,
+    body_attrs: dict[str, str],
+    header: str,
+    main: str,
+    scripts: list[str],
+    styles: tuple[str, ...] = (),
+) -> str:
     # Classic scripts (a vendored library) are deferred, so they run before the module.
     tags = "\n".join(f'<script src="{src}" defer></script>' for src in scripts)
+    # A vendored library's stylesheet comes before ours, so that ours has the last word.
+    links = "".join(f'<link rel="stylesheet" href="{href}">\n' for href in styles)
     if "data-page" in body_attrs and body_attrs["data-page"] != "login":
         tags += '\n<script type="module" src="/static/js/app.js"></script>'
 
@@ -42,7 +51,7 @@ def _document(title: str, body_attrs: dict[str, str], header: str, main: str, sc
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)} · PaddleCloud</title>
-<link rel="stylesheet" href="/static/style.css">
+{links}<link rel="stylesheet" href="/static/style.css">
 <link rel="icon" href="/static/favicon.svg" type="image/svg+xml">
 {tags}
 </head>
@@ -97,6 +106,7 @@ def _page(
     main: str,
     extra: dict[str, str] | None = None,
     scripts: tuple[str, ...] = (),
+    styles: tuple[str, ...] = (),
 ) -> web.Response:
     datacenter = request.app[CONFIG].pfs.datacenter
     attrs = {
@@ -108,7 +118,7 @@ def _page(
         "data-csrf": browser.csrf_token(request, session.token_hash),
         **(extra or {}),
     }
-    text = _document(title, attrs, _header(request, session, page), main, list(scripts))
+    text = _document(title, attrs, _header(request, session, page), main, list(scripts), styles)
     return web.Response(text=text, content_type=HTML)
 
 
@@ -165,10 +175,12 @@ CLI's tokens (<code>paddlecloud passwd</code> does the same from a terminal).</p
 async def job_page(request: web.Request) -> web.Response:
     session = await _session(request)
     name = request.match_info["name"]
+    api = f"/api/v1/jobs/{quote(name, safe='')}"
     main = f"""<section id="job" hidden>
 <div class="bar"><h1 id="job-name">{escape(name)}</h1>
 <span id="job-state" class="state"></span>
 <span class="spacer"></span>
+<a href="#charts">Charts</a>
 <button id="job-kill" class="danger" hidden>Kill</button>
 <button id="job-remove" class="danger">Kill and remove</button></div>
 <p id="job-reason" class="reason"></p>
@@ -189,10 +201,31 @@ async def job_page(request: web.Request) -> web.Response:
 <a id="log-download" href="#" download>Download</a>
 <span id="log-status" class="muted" role="status"></span></div>
 <pre id="log-lines" class="log" tabindex="0"></pre></section>
+<section id="charts" class="charts" aria-labelledby="charts-title"><div class="bar">
+<h2 id="charts-title">Charts</h2><span class="spacer"></span>
+<span id="job-boards" class="muted">Open the job's output in
+<a id="job-tensorboard" href="{api}/tensorboard/" target="_blank" rel="noopener">TensorBoard</a> or
+<a id="job-visualdl" href="{api}/visualdl/" target="_blank" rel="noopener">VisualDL</a></span></div>
+<h3>Training curves</h3>
+<p id="scalars-note" class="muted" role="status" hidden></p>
+<div id="scalar-charts" class="chart-grid"></div>
+<h3>Resource use per worker</h3>
+<p id="resources-note" class="muted" role="status" hidden></p>
+<div id="resource-charts" class="chart-grid"></div>
+</section>
 </section>
 <p id="job-missing" class="notice" hidden></p>
 {_CONFIRM}"""
-    return _page(request, session, page="job", title=name, main=main, extra={"data-job": name})
+    return _page(
+        request,
+        session,
+        page="job",
+        title=name,
+        main=main,
+        extra={"data-job": name},
+        scripts=("/static/vendor/uPlot.iife.min.js",),
+        styles=("/static/vendor/uPlot.min.css",),
+    )
 
 
 async def files_page(request: web.Request) -> web.Response:

@@ -1,6 +1,7 @@
 // One job: its state and why, its workers, events and spec, live logs, and kill. With
 // `?user=NAME` in the page's address, an administrator sees that user's job.
 import { ApiError, api } from "./api.js";
+import { JobCharts } from "./charts.js";
 import { LogFollower } from "./logs.js";
 import { $, FINAL_STATES, ask, every, h, stateBadge, when } from "./ui.js";
 
@@ -137,14 +138,17 @@ export function start(data) {
   const owner = new URLSearchParams(location.search).get("user");
   const theirs = owner && owner !== data.user ? owner : null;
   // The job's API address, with whose it is when it is another user's.
-  const jobUrl = (extra = {}) => {
+  const jobUrl = (extra = {}, sub = "") => {
     const query = new URLSearchParams(extra);
     if (theirs) query.set("user", theirs);
     const text = query.toString();
-    return `/api/v1/jobs/${encodeURIComponent(name)}${text ? `?${text}` : ""}`;
+    return `/api/v1/jobs/${encodeURIComponent(name)}${sub ? `/${sub}` : ""}${text ? `?${text}` : ""}`;
   };
+  // TensorBoard and VisualDL serve a job's files to its owner alone (docs/metrics.md §4).
+  if (theirs) $("job-boards").hidden = true;
   if (theirs) $("job-name").textContent = `${theirs}/${name}`;
   const logs = new LogView(name, theirs);
+  const charts = new JobCharts({ url: (sub) => jobUrl({}, sub), isFinal: () => final });
   let stopRefresh = () => {};
   let seen = false;
   let final = false;
@@ -171,6 +175,7 @@ export function start(data) {
 
   function missing(message) {
     logs.follower?.stop();
+    charts.stop();
     $("job").hidden = true;
     const notice = $("job-missing");
     notice.hidden = false;
@@ -184,6 +189,7 @@ export function start(data) {
       if (!seen) {
         seen = true;
         logs.follow();
+        charts.start();
       }
       return !final;
     } catch (error) {
