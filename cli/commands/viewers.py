@@ -35,7 +35,18 @@ FORWARDED = (
     "X-Requested-With",
 )
 # The client decodes bodies (no Content-Encoding, no length left to keep) and the hop's own.
-DROPPED = {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive", "server"}
+# The gateway's Content-Security-Policy keeps a viewer's pages inert on its own origin,
+# where the user's session is; here, on a loopback origin that holds nothing but this
+# forward, they are meant to run, so it stays behind.
+DROPPED = {
+    "content-encoding",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "server",
+    "content-security-policy",
+}
 
 
 def _split(name: str) -> tuple[str, str | None]:

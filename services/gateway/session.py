@@ -6,21 +6,12 @@ itself, every state-changing request authenticated by it must also carry a CSRF 
 the page can read and another site cannot: HMAC(internal secret, token hash), a
 synchronizer token that needs no server-side state and dies with the session.
 Bearer tokens need none of this: no browser adds an `Authorization` header on its own.
-
-One exemption: a job's TensorBoard or VisualDL (docs/metrics.md §4) is a page the
-platform did not write, and TensorBoard's POSTs its data queries without our token. A
-POST below `/api/v1/jobs/<name>/tensorboard/` or `.../visualdl/` (nothing else, no other
-method) passes without the token when the browser says it comes from this very origin
-(`Origin`, which browsers send with every POST; without it, it is refused): those viewers
-change nothing with a POST (they read the job's output, bound read-only), and another
-site's page can neither send our origin nor read what comes back.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 
 from aiohttp import web
@@ -38,7 +29,6 @@ CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _METHOD_OVERRIDE = "X-HTTP-Method-Override"
-_VIEWER_PATH = re.compile(r"/api/v1/jobs/[^/]+/(tensorboard|visualdl)(/.*)?")
 
 
 def session_token(request: web.Request) -> str | None:
@@ -75,8 +65,6 @@ def check_csrf(request: web.Request, token_hash: str) -> None:
     """Refuse a cookie-authenticated state-changing request without the session's CSRF token."""
     if not is_unsafe(request):
         return
-    if _viewer_query(request):
-        return
     sent = request.headers.get(CSRF_HEADER, "")
     expected = csrf_token(request, token_hash)
     if not same_origin(request):
@@ -85,17 +73,6 @@ def check_csrf(request: web.Request, token_hash: str) -> None:
         raise CSRF_REFUSED(
             f"A request authenticated by the session cookie must carry the {CSRF_HEADER} header."
         )
-
-
-def _viewer_query(request: web.Request) -> bool:
-    """A job viewer's own POST from a page of this origin (the exemption above)."""
-    return (
-        request.method == "POST"
-        and _METHOD_OVERRIDE not in request.headers
-        and _VIEWER_PATH.fullmatch(request.path) is not None
-        and "Origin" in request.headers
-        and same_origin(request)
-    )
 
 
 def _scheme(request: web.Request) -> str:

@@ -17,10 +17,12 @@ from typing import Any
 import psutil
 import pytest
 from conftest import clean_env
+from test_dashboard import browser, context, no_leaked_tasks
 
 from support import VIEWER_PYTHONS
 
 pytestmark = pytest.mark.slow
+__all__ = ["browser", "context", "no_leaked_tasks"]  # fixtures, as test_dashboard.py has them
 
 PYTHONS = VIEWER_PYTHONS
 LOSSES = [1.0, 0.5, 0.25, 0.125, 0.0625]
@@ -128,6 +130,23 @@ def submit(server: Any, tmp_path: Path, job: str) -> None:
     server.cli("--datacenter", "as-alice", "submit", "-f", "--name", job, str(package))
 
 
+def write_logs(server: Any, tmp_path: Path, job: str) -> None:
+    """Scalars written by the real writers (tb-run, vdl-run), copied into the job's output on PFS."""
+    logs = tmp_path / "logs"
+    tb_site = subprocess.run(
+        [str(PYTHONS["tensorboard"]), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run([sys.executable, "-c", TORCH_WRITER, str(logs / "tb-run"), tb_site], check=True)
+    subprocess.run([str(PYTHONS["visualdl"]), "-c", VISUALDL_WRITER, str(logs / "vdl-run")], check=True)
+    output = f"/pfs/datacenter1/home/alice/jobs/{job}/output"
+    server.cli(
+        "--datacenter", "as-alice", "cp", "-r", str(logs / "tb-run"), str(logs / "vdl-run"), output + "/"
+    )
+
+
 def wait_until_gone(job: str) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     while viewer_processes(job):
@@ -143,18 +162,7 @@ def test_tensorboard_and_visualdl_serve_the_owners_scalars_and_refuse_everyone_e
     job = f"viewed-{os.getpid()}"
     submit(server, tmp_path, job)
 
-    # The scalars, written by the real writers, copied into the job's output on PFS.
-    logs = tmp_path / "logs"
-    tb_site = subprocess.run(
-        [str(PYTHONS["tensorboard"]), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    subprocess.run([sys.executable, "-c", TORCH_WRITER, str(logs / "tb-run"), tb_site], check=True)
-    subprocess.run([str(PYTHONS["visualdl"]), "-c", VISUALDL_WRITER, str(logs / "vdl-run")], check=True)
-    output = f"/pfs/datacenter1/home/alice/jobs/{job}/output"
-    server.cli(*alice, "cp", "-r", str(logs / "tb-run"), str(logs / "vdl-run"), output + "/")
+    write_logs(server, tmp_path, job)
 
     # Unknown jobs, and another user's, are one line and a non-zero exit.
     unknown = server.cli(*alice, "tensorboard", "no-such-job", check=False)
@@ -247,3 +255,37 @@ def test_an_idle_viewer_is_stopped_and_started_again_on_request_and_one_not_offe
     wait_until_gone(job)  # nobody asked for a second
     assert http(url, alice) == (200, [])  # started again
     assert viewer_processes(job)
+
+
+def test_the_viewers_pages_run_in_a_browser_on_the_forward_and_never_on_the_gateways_origin(
+    platform: Any, tmp_path: Path, context: Any
+) -> None:
+    server = platform
+    job = f"browsed-{os.getpid()}"
+    submit(server, tmp_path, job)
+    write_logs(server, tmp_path, job)
+    alice = token_of(server, "alice")
+
+    # On the gateway's origin, where the session cookie is, the viewer's page is inert,
+    # whatever policy of its own the viewer sent (TensorBoard sends one).
+    for kind in PYTHONS:
+        request = urllib.request.Request(  # noqa: S310 - loopback
+            f"{server.endpoint}/api/v1/jobs/{job}/{kind}/", headers={"Authorization": f"Bearer {alice}"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as answer:  # noqa: S310
+            assert answer.status == 200
+            assert answer.headers.get_all("Content-Security-Policy") == [
+                "default-src 'none'; frame-ancestors 'none'; sandbox"
+            ], kind
+
+    # On the forward's own loopback origin the real pages run and draw the job's tags.
+    for kind in PYTHONS:
+        process, url = forward(server, kind, job)
+        try:
+            page = context.new_page()
+            page.goto(url)
+            page.get_by_text("loss", exact=True).first.wait_for(state="visible", timeout=WAIT_SECONDS * 1000)
+            page.close()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)

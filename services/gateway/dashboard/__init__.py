@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -26,6 +27,10 @@ PAGE_CSP = "; ".join(
 # An API answer opened as a document (a user's uploaded .html fetched by URL, say) runs
 # nothing and can do nothing on this origin.
 API_CSP = "default-src 'none'; frame-ancestors 'none'; sandbox"
+# A job's TensorBoard or VisualDL (docs/metrics.md §4): their pages render what a job
+# wrote, so whatever their answer says, none of it runs on this origin, where the user's
+# session is. `paddlecloud tensorboard|visualdl` serve them on a loopback origin of their own.
+VIEWER_PATH = re.compile(r"^/api/v1/jobs/[^/]+/(tensorboard|visualdl)(/|$)")
 
 
 def static_dir() -> Path:
@@ -35,6 +40,9 @@ def static_dir() -> Path:
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
     headers = response.headers
     headers.setdefault("X-Content-Type-Options", "nosniff")
+    if VIEWER_PATH.match(request.path):
+        headers["Content-Security-Policy"] = API_CSP
+        return
     if request.path.startswith("/api/"):
         headers.setdefault("Content-Security-Policy", API_CSP)
         return

@@ -175,7 +175,6 @@ CLI's tokens (<code>paddlecloud passwd</code> does the same from a terminal).</p
 async def job_page(request: web.Request) -> web.Response:
     session = await _session(request)
     name = request.match_info["name"]
-    api = f"/api/v1/jobs/{quote(name, safe='')}"
     main = f"""<section id="job" hidden>
 <div class="bar"><h1 id="job-name">{escape(name)}</h1>
 <span id="job-state" class="state"></span>
@@ -203,9 +202,9 @@ async def job_page(request: web.Request) -> web.Response:
 <pre id="log-lines" class="log" tabindex="0"></pre></section>
 <section id="charts" class="charts" aria-labelledby="charts-title"><div class="bar">
 <h2 id="charts-title">Charts</h2><span class="spacer"></span>
-<span id="job-boards" class="muted">Open the job's output in
-<a id="job-tensorboard" href="{api}/tensorboard/" target="_blank" rel="noopener">TensorBoard</a> or
-<a id="job-visualdl" href="{api}/visualdl/" target="_blank" rel="noopener">VisualDL</a></span></div>
+<span id="job-boards" class="muted">Its TensorBoard or VisualDL:
+<code id="job-tensorboard">paddlecloud tensorboard {escape(name)}</code> or
+<code id="job-visualdl">paddlecloud visualdl {escape(name)}</code></span></div>
 <h3>Training curves</h3>
 <p id="scalars-note" class="muted" role="status" hidden></p>
 <div id="scalar-charts" class="chart-grid"></div>
