@@ -22,6 +22,7 @@ import kube_backend_support as kb
 import pytest
 from kube_backend_support import KubeBackend, wait
 from test_jobs_cli import ok, run_cli
+from test_viewers import token_of
 
 import kube_real
 from kube_real.fixtures import RealKube
@@ -37,16 +38,6 @@ def backend(real_kube: RealKube, server_factory: Any, tmp_path: Path) -> Iterato
     viewers = {"image": IMAGE, "idle_seconds": 3, "start_timeout_seconds": 3}
     with kb.kube_backend(real_kube, server_factory, tmp_path, jobs={"viewers": viewers}) as started:
         yield started
-
-
-def token_of(server: Any, user: str) -> str:
-    request = urllib.request.Request(  # noqa: S310 - loopback
-        server.endpoint + "/api/v1/auth/token",
-        data=json.dumps({"username": user, "password": f"{user}-password"}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
-        return str(json.loads(answer.read())["token"])
 
 
 def http(url: str, token: str) -> tuple[int, Any]:
