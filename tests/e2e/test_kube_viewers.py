@@ -7,11 +7,15 @@ idle and with `kill -rm`.
 The simulated kubelet has no container runtime: it marks the viewer's pod Running and
 Ready at 127.0.0.1 but runs nothing there, so nothing serves what the service relays.
 What a real TensorBoard and VisualDL serve is tested on one machine (test_viewers.py),
-with the same launcher the pod runs."""
+with the same launcher the pod runs; the pod's own command line, its `--port` mode, is
+run here with the real TensorBoard, outside any pod."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,10 +26,12 @@ import kube_backend_support as kb
 import pytest
 from kube_backend_support import KubeBackend, wait
 from test_jobs_cli import ok, run_cli
-from test_viewers import token_of
+from test_viewers import LOSSES, PYTHONS, TORCH_WRITER, token_of
 
 import kube_real
 from kube_real.fixtures import RealKube
+from paddlecloud.common.config import DatacenterVolume, KubernetesSection
+from paddlecloud.jobs.kube import manifests
 from paddlecloud.jobs.kube.names import LABEL_JOB_ID, LABEL_VIEWER_OF
 
 pytestmark = pytest.mark.slow
@@ -118,3 +124,55 @@ def test_a_jobs_viewer_is_a_pod_in_its_owners_namespace_gone_when_idle_and_with_
     ok(run_cli(server, "--datacenter", "as-alice", "kill", "-rm", "seen"))
     assert admin.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/seen-visualdl").status == 404
     wait(lambda: not viewer_objects(k, "seen"), "the removed job's viewer to be deleted")
+
+
+def test_the_viewer_pods_command_serves_the_real_tensorboard_on_its_port(tmp_path: Path) -> None:
+    """The pod's command line as manifests.viewer_objects writes it, run with the real
+    TensorBoard's Python and the launcher where the ConfigMap would put it, on a free port
+    rather than 6006: the scalars a real writer wrote come back under the prefix."""
+    python = PYTHONS["tensorboard"]
+    if not python.exists():
+        pytest.skip(f"the real TensorBoard is not installed ({python}): run `make viewers`")
+    logs = tmp_path / "output"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run([sys.executable, "-c", TORCH_WRITER, str(logs / "tb-run"), site], check=True)
+    settings = KubernetesSection(datacenters={kb.DC: DatacenterVolume(kind="hostpath", host_path="/srv/pfs")})
+    plan = manifests.ViewerPlan(
+        job_name="j1", job_id="id1", owner="alice", datacenter=kb.DC, kind="tensorboard",
+        output=str(logs), prefix="/api/v1/jobs/j1/tensorboard", image=IMAGE, settings=settings,
+        namespace="paddle-alice",
+    )  # fmt: skip
+    [command] = [
+        o["spec"]["containers"][0]["command"] for o in manifests.viewer_objects(plan) if o["kind"] == "Pod"
+    ]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launcher = f"{manifests.VIEWER_DIR}/{manifests.VIEWER_SERVE_KEY}"
+    argv = [str(manifests.VIEWER_SERVE) if word == launcher else word for word in command]
+    argv[0], argv[argv.index("--port") + 1] = str(python), str(port)
+    server = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"http://127.0.0.1:{port}{plan.prefix}/data/plugin/scalars/scalars?run=tb-run&tag=loss"
+
+        def scalars() -> Any:
+            assert server.poll() is None, "the launcher ended"
+            try:
+                with urllib.request.urlopen(url, timeout=30) as answer:
+                    body = json.loads(answer.read())
+            except (urllib.error.URLError, ConnectionError):
+                return None  # not listening yet: it loads TensorBoard first
+            return body if len(body) == len(LOSSES) else None
+
+        points = wait(scalars, "the launcher's TensorBoard to serve the scalars", timeout=120)
+        assert [round(point[2], 6) for point in points] == LOSSES
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
