@@ -180,16 +180,23 @@ def _why(pod: dict[str, Any]) -> str:
     (ErrImagePull, ImagePullBackOff, CrashLoopBackOff), its last end, or the scheduler's."""
     status = _status(pod)
     for container in status.get("containerStatuses") or ():
-        state = container.get("state") or {}
-        for what in ("waiting", "terminated"):
-            if what in state:
-                found = state[what]
-                reason, message = found.get("reason") or what, found.get("message") or ""
-                return f"{reason}: {message}" if message else str(reason)
+        said = _state_words(container.get("state") or {})
+        if said:
+            return said
     for cond in status.get("conditions") or ():
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message') or ''}".rstrip(": ")
     return f"{status.get('phase') or 'Pending'}, not Ready"
+
+
+def _state_words(state: dict[str, Any]) -> str | None:
+    """A container state's reason and message, when it waits or has ended."""
+    for what in ("waiting", "terminated"):
+        if what in state:
+            found = state[what] or {}
+            reason, message = found.get("reason") or what, found.get("message") or ""
+            return f"{reason}: {message}" if message else str(reason)
+    return None
 
 
 async def _undo(kube: Kube, plan: manifests.ViewerPlan, uid: str | None) -> None:
