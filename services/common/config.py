@@ -456,7 +456,8 @@ class ViewersSection(_Section):
     tensorboard: str | None = None
     visualdl: str | None = None
     # Kubernetes: the image of a viewer's pod; it must have `python` on its PATH with
-    # both packages importable (tensorboard 2.21, visualdl 2.5).
+    # both packages importable (tensorboard 2.21, visualdl 2.5); the launcher comes in a
+    # ConfigMap. None: no viewer is offered on Kubernetes (the interpreters are not used there).
     image: str | None = None
     # A viewer nobody asked anything of for this long is stopped (started again on the
     # next request); how long a starting one may take to answer.

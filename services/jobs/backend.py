@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Seque
 from dataclasses import dataclass, field
 from typing import Any
 
+from paddlecloud.common.config import ViewersSection
 from paddlecloud.common.volume import PfsPath
 
 from .errors import ViewerNotOffered
@@ -307,11 +308,23 @@ class Backend(abc.ABC):
     async def forget_user(self, user: str) -> None:  # noqa: B027 - most backends keep nothing per user
         """Remove what the backend keeps for a user being deleted (after their jobs)."""
 
+    def viewer_runner(self, kind: str, config: ViewersSection) -> str:
+        """What runs the `kind` viewer here: the interpreter `jobs.viewers.<kind>` where the
+        backend runs processes; ViewerNotOffered naming the setting when it is unset."""
+        python: str | None = getattr(config, kind)
+        if python is None:
+            raise ViewerNotOffered(
+                f"{kind} is not offered on this platform: the operator has not set jobs.viewers.{kind} "
+                "(docs/configuration.md)"
+            )
+        return python
+
     async def start_viewer(
         self, job: JobRecord, kind: str, output: PfsPath, prefix: str, python: str
     ) -> Upstream:
         """Start the job's `kind` viewer (viewers.py) serving `output` read-only under the URL
-        path `prefix`, with the interpreter `python` where the backend runs processes."""
+        path `prefix`, with `python`, what `viewer_runner` named (an interpreter where the
+        backend runs processes, an image on Kubernetes)."""
         raise ViewerNotOffered(f"{kind} is not offered for jobs of the {self.name} backend")
 
     @abc.abstractmethod

@@ -24,6 +24,7 @@ BUILD_REFUSED = ErrorKind("ERR_BUILD_REFUSED", 422, "The job's environment canno
 UNKNOWN_USER = ErrorKind("ERR_UNKNOWN_USER", 403, "No such user")
 VIEWER_NOT_OFFERED = ErrorKind("ERR_VIEWER_NOT_OFFERED", 501, "This viewer is not offered here")
 VIEWER_FAILED = ErrorKind("ERR_VIEWER_FAILED", 502, "The job's viewer could not serve")
+VIEWER_NOT_READY = ErrorKind("ERR_VIEWER_NOT_READY", 504, "The job's viewer did not become ready in time")
 
 
 class JobNotFound(NotFound):
@@ -67,6 +68,11 @@ class ViewerFailed(DomainError):
     """A job's viewer did not start, or ended; the message says what it said last."""
 
 
+class ViewerNotReady(DomainError):
+    """A job's viewer pod (Kubernetes) was not Ready within `jobs.viewers.start_timeout_seconds`;
+    the message says what held it back (an image pull, the scheduler)."""
+
+
 PROBLEMS: ProblemTable = {
     PfsUnavailable: UPSTREAM_UNAVAILABLE,
     BuildUnavailable: UPSTREAM_UNAVAILABLE,
@@ -78,4 +84,5 @@ PROBLEMS: ProblemTable = {
     UnknownUser: UNKNOWN_USER,
     ViewerNotOffered: VIEWER_NOT_OFFERED,
     ViewerFailed: VIEWER_FAILED,
+    ViewerNotReady: VIEWER_NOT_READY,
 }

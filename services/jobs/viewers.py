@@ -1,10 +1,11 @@
 """Each job's own TensorBoard and VisualDL (docs/metrics.md §4): started on first request, stopped when idle.
 
 `Viewers` keeps at most one running viewer per job and kind, started by the backend
-(`Backend.start_viewer`: a sandboxed process on one machine) the first time its owner asks
-for it, and stopped once nobody asked anything of it for `jobs.viewers.idle_seconds`, when
-its job is removed, and when the service stops. Requests in flight keep a viewer from
-being stopped under them. The HTTP side (api.py) proxies to the `Upstream` it answers.
+(`Backend.start_viewer`: a sandboxed process on one machine, a pod on Kubernetes) the
+first time its owner asks for it, and stopped once nobody asked anything of it for
+`jobs.viewers.idle_seconds`, when its job is removed, and when the service stops.
+Requests in flight keep a viewer from being stopped under them. The HTTP side (api.py)
+proxies to the `Upstream` it answers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import structlog
 from paddlecloud.common.config import ViewersSection
 from paddlecloud.common.volume import PfsPath
 
-from .errors import ViewerNotOffered
 from .records import JobRecord
 
 log = structlog.get_logger(__name__)
@@ -50,7 +50,10 @@ class Upstream(abc.ABC):
 
 
 class Starter(Protocol):
-    """What starts a viewer: the backend (`Backend.start_viewer`)."""
+    """What starts a viewer: the backend (`Backend.start_viewer`), with what `viewer_runner`
+    names (an interpreter on one machine, an image on Kubernetes)."""
+
+    def viewer_runner(self, kind: str, config: ViewersSection) -> str: ...
 
     async def start_viewer(
         self, job: JobRecord, kind: str, output: PfsPath, prefix: str, python: str
@@ -76,14 +79,9 @@ class Viewers:
     _reaper: asyncio.Task[None] | None = None
 
     def interpreter(self, kind: str) -> str:
-        """The configured interpreter of `kind`; ViewerNotOffered naming the setting when unset."""
-        python: str | None = getattr(self.config, kind)
-        if python is None:
-            raise ViewerNotOffered(
-                f"{kind} is not offered on this platform: the operator has not set jobs.viewers.{kind} "
-                "(docs/configuration.md)"
-            )
-        return python
+        """What runs `kind` on this backend (its interpreter, or on Kubernetes the image);
+        ViewerNotOffered naming the setting when unset."""
+        return self.starter.viewer_runner(kind, self.config)
 
     @contextlib.asynccontextmanager
     async def use(self, job: JobRecord, kind: str, output: PfsPath, prefix: str) -> AsyncIterator[Upstream]:

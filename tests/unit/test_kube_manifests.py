@@ -1354,7 +1354,9 @@ def test_rbac_is_least_privilege(part: rbac.Part) -> None:
     assert all(p.scope == "namespaced" for p in rbac.permissions(part))
     assert not any(p.group == "rbac.authorization.k8s.io" for p in rbac.permissions(part))
     assert granted[("", "secrets")].isdisjoint({"get", "list", "watch"}), "credentials are never read back"
-    assert granted[("", "pods")] == {"get", "list", "watch"}
+    # Creating pods gives nothing that creating Jobs and StatefulSets did not: a job's
+    # viewer is the one pod the service makes itself (and deletes when idle).
+    assert granted[("", "pods")] == {"get", "list", "watch", "create", "delete"}
     assert granted[("", "pods/log")] == {"get"}
     assert ("", "namespaces") not in granted
 
@@ -1369,7 +1371,8 @@ def test_allowed_answers_for_recorded_requests() -> None:
     for mode in ("per-user", "shared"):
         assert not rbac.allowed("watch", "", "pods", False, mode), "never across namespaces"
         assert not rbac.allowed("list", "", "configmaps", False, mode), "never across namespaces"
-    assert not rbac.allowed("create", "", "pods", True, "per-user")
+    assert rbac.allowed("create", "", "pods", True, "per-user")  # a job's viewer
+    assert not rbac.allowed("create", "", "pods", False, "per-user"), "never across namespaces"
     assert not rbac.allowed("get", "", "secrets", True, "per-user")
     assert rbac.allowed("create", "", "secrets", True, "per-user")
     assert not rbac.allowed("create", "", "pods/exec", True, "per-user")
@@ -1397,11 +1400,20 @@ def test_every_job_object_is_one_the_service_may_create() -> None:
         "ResourceQuota": "resourcequotas",
         "LimitRange": "limitranges",
         "RoleBinding": "rolebindings",
+        "Pod": "pods",
     }
     groups["rbac.authorization.k8s.io/v1"] = "rbac.authorization.k8s.io"
     for mode in ("per-user", "shared"):
         settings = settings_for(namespace_mode=mode)
+        viewer = manifests.ViewerPlan(
+            job_name="j1", job_id="id1", owner=USER, datacenter=DC, kind="visualdl", output=f"{HOME}/out",
+            prefix="/p", image="viewers:1", settings=settings, namespace=NAMESPACE,
+        )  # fmt: skip
+        # A viewer's, which the service deletes as well (its ConfigMap and pod).
+        assert rbac.allowed("delete", "", "configmaps", True, mode)
+        assert rbac.allowed("delete", "", "pods", True, mode)
         objects = manifests.all_objects(plan) + manifests.tenancy_objects(USER, QUOTA, settings)
+        objects += [manifests.viewer_owner(viewer), *manifests.viewer_objects(viewer)]
         if mode == "per-user":
             objects.append(manifests.tenant_binding("paddle-alice", ("pc", "pc-jobs"), settings))
         for obj in objects:
@@ -1435,3 +1447,64 @@ def test_an_hdfs_datacenters_job_sees_its_home_and_public_of_the_nodes_mount_onl
         ]
         assert seen.pop("wait-pservers", []) == [], role
         assert seen and all(mounts == wanted for mounts in seen.values()), (role, seen)
+
+
+@pytest.mark.parametrize("kind", ["pvc", "cephfs", "hostpath"])
+@pytest.mark.parametrize("viewer", ["tensorboard", "visualdl"])
+def test_a_viewer_is_a_restricted_pod_seeing_the_home_read_only(kind: str, viewer: str) -> None:
+    """A job's viewer (docs/metrics.md §4.5): valid objects owned by its ConfigMap, the
+    owner's home read-only where the job pods see it, restricted Pod Security, no token,
+    and a policy that admits the jobs service's pods to its port and nothing else."""
+    output = f"/pfs/{DC}/home/alice/jobs/j1/output"
+    plan = manifests.ViewerPlan(
+        job_name="j1", job_id="id1", owner="alice", datacenter=DC, kind=viewer, output=output,
+        prefix=f"/api/v1/jobs/j1/{viewer}", image="viewers:1", settings=settings_for(kind),
+        namespace="paddle-alice", jobs_namespace="pc", owner_uid="u1",
+    )  # fmt: skip
+    owner = manifests.viewer_owner(plan)
+    objects = manifests.viewer_objects(plan)
+    for obj in (owner, *objects):
+        validate(obj)
+        labels = obj["metadata"]["labels"]
+        assert labels[names.LABEL_VIEWER_OF] == "id1" and names.LABEL_JOB_ID not in labels
+        assert obj["metadata"]["name"] == f"j1-{viewer}"
+    assert owner["data"][manifests.VIEWER_SERVE_KEY] == manifests.VIEWER_SERVE.read_text()
+    pod, service, policy = (one(objects, k) for k in ("Pod", "Service", "NetworkPolicy"))
+    for obj in (pod, service, policy):
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (main,) = spec["containers"]
+    assert main["securityContext"]["allowPrivilegeEscalation"] is False
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert main["resources"]["requests"] == main["resources"]["limits"]
+    port = manifests.VIEWER_PORTS[viewer]
+    assert main["command"][-5:] == ["--port", str(port), viewer, output, f"/api/v1/jobs/j1/{viewer}"]
+    home = [m for m in main["volumeMounts"] if m["mountPath"] == f"/pfs/{DC}/home/alice"]
+    assert len(home) == 1 and home[0]["readOnly"] is True
+    assert not any(m["mountPath"].startswith(f"/pfs/{DC}/public") for m in main["volumeMounts"])
+    if kind == "cephfs":
+        claims = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        assert [c["persistentVolumeClaim"]["readOnly"] for c in claims] == [True]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+    assert rule["from"] == [
+        {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "jobs"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "pc"}},
+        }
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert service["spec"]["selector"] == policy["spec"]["podSelector"]["matchLabels"]
+
+
+def test_a_viewer_of_an_output_outside_the_home_is_refused() -> None:
+    plan = manifests.ViewerPlan(
+        job_name="j1", job_id="id1", owner="alice", datacenter=DC, kind="tensorboard",
+        output=f"/pfs/{DC}/home/bob/out", prefix="/p", image="viewers:1", settings=settings_for(),
+        namespace="paddle-alice",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="not in alice's home"):
+        manifests.viewer_owner(plan)

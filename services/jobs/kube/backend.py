@@ -48,12 +48,13 @@ from typing import Any
 
 import structlog
 
-from paddlecloud.common.config import Config
+from paddlecloud.common.config import Config, ViewersSection
 from paddlecloud.common.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unavailable
 from paddlecloud.common.quantity import parse_bytes, parse_cpu_milli
 from paddlecloud.common.store import Job, KeptLog, Quota, Store
 from paddlecloud.common.store.models import SUCCEEDED, TERMINAL_STATES
 from paddlecloud.common.tasks import Spawned, backoff, restarting
+from paddlecloud.common.volume import PfsPath
 
 from ..backend import (
     Backend,
@@ -69,18 +70,22 @@ from ..backend import (
     WorkerInfo,
     planned_workers,
 )
+from ..errors import ViewerFailed, ViewerNotOffered
 from ..exits import WORKER_STOPPED
 from ..records import JobRecord
 from ..spec import JobSpec
+from ..viewers import Upstream
 from . import logs as kubelogs
 from . import manifests
 from . import usage as kubeusage
+from . import viewer as kubeviewer
 from .cache import Fleet, Informer, KindView
 from .judge import CREATE_FAILED, VOLUME_FAILED, Observed, Recorded, Rules, exit_words, iso, judge
 from .names import (
     ANNOTATION_USER,
     LABEL_JOB_ID,
     LABEL_RELEASE,
+    LABEL_VIEWER_OF,
     MANAGED_BY,
     MANAGER,
     QUOTA_NAME,
@@ -1000,6 +1005,11 @@ class KubernetesBackend(Backend):
     async def remove(self, job: JobRecord) -> None:
         if _created(job):
             await self._delete(job, grace_seconds=None)
+        try:
+            await self._delete_viewers(self.namespace(job.owner), f"{LABEL_VIEWER_OF}={job.id}")
+        except KubeError as exc:
+            # A leader's sweep after a restart deletes what is left.
+            log.warning("kube_viewers_not_deleted", job=job.name, error=str(exc))
         self._kept.pop(job.id, None)
         self._finishing.pop(job.id, None)
 
@@ -1032,8 +1042,18 @@ class KubernetesBackend(Backend):
     async def sweep(self, keep: set[str]) -> int:
         """Delete the objects of every job not in `keep` (active job ids): leftovers of a
         job that ended while the service was down, or of one the store forgot. Their logs
-        are kept first when the store still has the job."""
+        are kept first when the store still has the job. Every viewer goes too: the
+        service that started them is gone (a viewer is started again on the next request)."""
         swept = 0
+        for owner in self._informers["ConfigMap"].all():
+            meta = _meta(owner)
+            if (meta.get("labels") or {}).get(LABEL_VIEWER_OF) and is_ours(owner, self._settings.release):
+                try:
+                    await self.kube.delete(
+                        "ConfigMap", meta.get("namespace"), str(meta.get("name")), uid=meta.get("uid")
+                    )
+                except KubeError as exc:
+                    log.warning("sweep_failed", owner=meta.get("name"), error=str(exc))
         for owner in self._informers["ConfigMap"].all():
             job_id = (_meta(owner).get("labels") or {}).get(LABEL_JOB_ID)
             if not job_id or job_id in keep or not is_ours(owner, self._settings.release):
@@ -1052,6 +1072,51 @@ class KubernetesBackend(Backend):
         if swept:
             log.info("kube_objects_swept", jobs=swept)
         return swept
+
+    # -- viewers -----------------------------------------------------------------------
+
+    def viewer_runner(self, kind: str, config: ViewersSection) -> str:
+        """The image of a viewer's pod (`jobs.viewers.image`), for either kind."""
+        if config.image is None:
+            raise ViewerNotOffered(
+                f"{kind} is not offered on this platform: the operator has not set jobs.viewers.image, "
+                "the image of a viewer's pod on Kubernetes (docs/configuration.md)"
+            )
+        return config.image
+
+    async def start_viewer(
+        self, job: JobRecord, kind: str, output: PfsPath, prefix: str, python: str
+    ) -> Upstream:
+        """A pod in the job's user's namespace (kube/viewer.py), with `python` as its image."""
+        account = self._settings.service_account
+        plan = manifests.ViewerPlan(
+            job_name=job.name,
+            job_id=job.id,
+            owner=job.owner,
+            datacenter=output.datacenter,
+            kind=kind,
+            output=output.text,
+            prefix=prefix,
+            image=python,
+            settings=self._settings,
+            namespace=self.namespace(job.owner),
+            jobs_namespace=account.split("/", 1)[0] if account else None,
+        )
+        try:
+            # A job that never started (refused at submit) has no namespace yet.
+            await self._ensure_tenancy(job.owner)
+        except KubeError as exc:
+            raise ViewerFailed(f"the namespace {plan.namespace} cannot be made ready: {exc}") from None
+        timeout = self._config.jobs.viewers.start_timeout_seconds
+        return await kubeviewer.start(self.kube, plan, timeout, self._informers["Pod"].all)
+
+    async def _delete_viewers(self, namespace: str, selector: str) -> None:
+        """Delete the viewers `selector` picks (their ConfigMaps own the rest) and their pods."""
+        selector = f"{managed_selector(self._settings.release)},{selector}"
+        for kind in ("ConfigMap", "Pod"):
+            for obj in (await self.kube.list(kind, namespace, selector=selector)).get("items") or ():
+                meta = _meta(obj)
+                await self.kube.delete(kind, namespace, str(meta.get("name")), uid=meta.get("uid"))
 
 
 def _created(job: JobRecord) -> bool:

@@ -30,9 +30,11 @@ docs/kubernetes.md explains the objects; the choices that matter when reading th
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from paddlecloud.common.config import DatacenterVolume, KubernetesSection
@@ -983,3 +985,204 @@ def _cpu(text: str) -> str:
 
 def _memory(text: str) -> str:
     return format_bytes(parse_bytes(text))
+
+
+# --- A job's viewer --------------------------------------------------------------------
+
+# The launcher the local backend runs too (services/jobs/local/viewer_serve.py), given to
+# the viewer's pod through its ConfigMap: the image needs only Python and the packages.
+VIEWER_SERVE = Path(__file__).resolve().parent.parent / "local" / "viewer_serve.py"
+VIEWER_SERVE_KEY = "viewer_serve.py"
+VIEWER_DIR = "/viewer"
+# Each viewer's usual port (TensorBoard's 6006, VisualDL's 8040).
+VIEWER_PORTS = {"tensorboard": 6006, "visualdl": 8040}
+# What a viewer's pod asks for and is held to (requests equal limits, as a job's workers:
+# the namespace's quota counts them): reading event files and drawing a few thousand
+# points, not training.
+VIEWER_RESOURCES = {"cpu": "1", "memory": "1Gi", DISK_RESOURCE: "1Gi"}
+VIEWER_TMP = "256Mi"
+
+
+@functools.cache
+def viewer_serve_source() -> str:
+    return VIEWER_SERVE.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ViewerPlan:
+    """One job's viewer of `kind` in `namespace`: `output` (the job's output directory, a
+    PFS path in the owner's home) served under the URL path `prefix`, by `image`.
+    `jobs_namespace` is the jobs service's own (None: any), whose pods alone may connect.
+    `owner_uid`: the viewer's ConfigMap's, once made (see JobPlan)."""
+
+    job_name: str
+    job_id: str
+    owner: str
+    datacenter: str
+    kind: str
+    output: str
+    prefix: str
+    image: str
+    settings: KubernetesSection
+    namespace: str
+    jobs_namespace: str | None = None
+    owner_uid: str = "<owner-uid>"
+
+    @property
+    def name(self) -> str:
+        return names.viewer_name(self.job_name, self.kind)
+
+    @property
+    def port(self) -> int:
+        return VIEWER_PORTS[self.kind]
+
+
+def _viewer_labels(plan: ViewerPlan) -> dict[str, str]:
+    return names.managed_labels(plan.settings.release) | {
+        names.LABEL_USER: names.user_label(plan.owner),
+        names.LABEL_JOB: plan.job_name,
+        names.LABEL_VIEWER_OF: plan.job_id,
+        names.LABEL_ROLE: names.ROLE_VIEWER,
+        names.LABEL_VIEWER: plan.kind,
+    }
+
+
+def _viewer_selector(plan: ViewerPlan) -> dict[str, str]:
+    return {names.LABEL_VIEWER_OF: plan.job_id, names.LABEL_VIEWER: plan.kind}
+
+
+def _viewer_metadata(plan: ViewerPlan, *, owned: bool = True) -> dict[str, Any]:
+    meta = _metadata(plan.name, plan.namespace, _viewer_labels(plan), {names.ANNOTATION_USER: plan.owner})
+    if owned:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": plan.name,
+                "uid": plan.owner_uid,
+                "controller": False,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return meta
+
+
+def viewer_owner(plan: ViewerPlan) -> dict[str, Any]:
+    """The viewer's ConfigMap: the launcher's source, and the owner of the rest (deleting
+    it removes them). Not the job's owner: a finished job's objects are deleted, and its
+    viewer is wanted most then."""
+    if not _beneath(plan.output, f"/pfs/{plan.datacenter}/home/{plan.owner}"):
+        raise ValueError(f"the output {plan.output} is not in {plan.owner}'s home")
+    if plan.datacenter not in plan.settings.datacenters:
+        raise ValueError(f"no PFS volume is configured for datacenter {plan.datacenter!r}")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _viewer_metadata(plan, owned=False),
+        "data": {VIEWER_SERVE_KEY: viewer_serve_source()},
+    }
+
+
+def viewer_objects(plan: ViewerPlan) -> list[dict[str, Any]]:
+    """The viewer's Pod, Service and NetworkPolicy, owned by `viewer_owner(plan)`.
+
+    A bare Pod rather than a Deployment of one: the jobs service starts it on demand,
+    reaches it by its address once Ready and deletes it when idle; a Deployment's
+    replacement pod would come at another address the service does not follow, and it
+    would need rights over Deployments and ReplicaSets. A pod that ends is started again
+    on the next request (viewers.py). It sees the owner's home read-only, at the path the
+    job pods see it, and serves the job's output directory from there."""
+    settings, dc, user = plan.settings, plan.datacenter, plan.owner
+    home = f"/pfs/{dc}/home/{user}"
+    volume = settings.datacenters[dc]
+    if volume.kind == "cephfs":
+        pfs = {
+            "name": f"{PFS_VOLUME}-home",
+            "persistentVolumeClaim": {"claimName": names.claim_name(dc, user, "home"), "readOnly": True},
+        }
+        mount = {"name": f"{PFS_VOLUME}-home", "mountPath": home, "readOnly": True}
+    else:
+        pfs = {"name": PFS_VOLUME, **volume_source(volume)}
+        mount = {"name": PFS_VOLUME, "mountPath": home, "subPath": f"home/{user}", "readOnly": True}
+    container = {
+        "name": plan.kind,
+        "image": plan.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": [
+            "python",
+            "-I",
+            f"{VIEWER_DIR}/{VIEWER_SERVE_KEY}",
+            "--port",
+            str(plan.port),
+            plan.kind,
+            plan.output,
+            plan.prefix,
+        ],
+        # Its own, nothing of the service's; TensorBoard and VisualDL write only below HOME.
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "LANG", "value": "C.UTF-8"}],  # noqa: S108
+        "ports": [{"name": "http", "containerPort": plan.port, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": plan.port}, "periodSeconds": 2},
+        "resources": {"requests": dict(VIEWER_RESOURCES), "limits": dict(VIEWER_RESOURCES)},
+        "securityContext": _container_security(read_only_root=True),
+        "volumeMounts": [
+            mount,
+            {"name": "launcher", "mountPath": VIEWER_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108
+        ],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _viewer_metadata(plan),
+        "spec": {
+            "restartPolicy": "Always",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": settings.run_as_user,
+                "runAsGroup": settings.run_as_group,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [container],
+            "volumes": [
+                pfs,
+                {
+                    "name": "launcher",
+                    "configMap": {
+                        "name": plan.name,
+                        "items": [{"key": VIEWER_SERVE_KEY, "path": VIEWER_SERVE_KEY}],
+                        "defaultMode": 0o444,
+                    },
+                },
+                {"name": "tmp", "emptyDir": {"sizeLimit": VIEWER_TMP}},
+            ],
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _viewer_metadata(plan),
+        "spec": {
+            "selector": _viewer_selector(plan),
+            "ports": [{"name": "http", "port": plan.port, "targetPort": plan.port, "protocol": "TCP"}],
+        },
+    }
+    source: dict[str, Any] = {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "jobs"}}}
+    source["namespaceSelector"] = (
+        {"matchLabels": {"kubernetes.io/metadata.name": plan.jobs_namespace}} if plan.jobs_namespace else {}
+    )
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _viewer_metadata(plan),
+        # The namespace's deny-all still holds every other way: the viewer reaches nothing
+        # (its egress stays denied), and only the jobs service reaches its port.
+        "spec": {
+            "podSelector": {"matchLabels": _viewer_selector(plan)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [source], "ports": [{"protocol": "TCP", "port": plan.port}]}],
+        },
+    }
+    return [pod, service, policy]

@@ -15,6 +15,13 @@ A job's objects (spec.py explains the length budget of a job name, 44 characters
 - `<job>-registry`: the job's `kubernetes.io/dockerconfigjson` Secret, with `-registry`;
 - `<job>`: the NetworkPolicy that lets the job's pods talk to each other.
 
+A job's viewer (docs/metrics.md §4.5), `<job>-tensorboard` or `<job>-visualdl`: a
+ConfigMap (the launcher's source) that owns its Pod, Service and NetworkPolicy of the same
+name. They carry LABEL_VIEWER_OF (the job's id), never LABEL_JOB_ID: the job's own
+NetworkPolicy selects pods by that label (a viewer must not reach the job's pods), the
+backend reads pods with it as workers, and a finished job's objects go while its viewer
+is still wanted.
+
 A user's namespace holds, besides, the tenancy objects named below. The NetworkPolicies'
 names are longer than any job name may be (spec.MAX_NAME_LENGTH), so no job's policy can
 ever take the place of the namespace's own (a shared namespace holds every user's jobs).
@@ -40,6 +47,9 @@ ANNOTATION_USER = "paddlecloud.org/user-name"  # the user's name exactly
 ROLE_PSERVER = "pserver"
 ROLE_TRAINER = "trainer"
 ROLE_JOB = "job"
+ROLE_VIEWER = "viewer"
+LABEL_VIEWER_OF = "paddlecloud.org/viewer-of"  # the store's id of the job a viewer shows
+LABEL_VIEWER = "paddlecloud.org/viewer"  # tensorboard | visualdl
 # The tenancy objects of a namespace (manifests.tenancy_objects).
 QUOTA_NAME = "paddlecloud-quota"
 LIMIT_RANGE_NAME = "paddlecloud-limits"
@@ -98,6 +108,11 @@ def trainer_name(job: str) -> str:
 
 def registry_secret_name(job: str) -> str:
     return f"{job}-registry"
+
+
+def viewer_name(job: str, kind: str) -> str:
+    """A job's viewer's objects: at most 44 + 12 characters, a DNS label."""
+    return f"{job}-{kind}"
 
 
 def release_label(release: str) -> str:

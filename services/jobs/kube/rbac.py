@@ -133,7 +133,9 @@ TENANT_PERMISSIONS: tuple[Permission, ...] = (
         "namespaced",
         "children block their owner's deletion (OwnerReferencesPermissionEnforcement asks for this)",
     ),
-    Permission("", "services", ("get", "create", "patch"), "namespaced", "the workers' headless Services"),
+    Permission(
+        "", "services", ("get", "create", "patch"), "namespaced", "the workers' headless Services, a viewer's"
+    ),
     Permission(
         "",
         "persistentvolumeclaims",
@@ -162,7 +164,13 @@ TENANT_PERMISSIONS: tuple[Permission, ...] = (
         "namespaced",
         "trainers, followed to their end",
     ),
-    Permission("", "pods", ("get", "list", "watch"), "namespaced", "per-worker state, hosts, exit codes"),
+    Permission(
+        "",
+        "pods",
+        ("get", "list", "watch", "create", "delete"),
+        "namespaced",
+        "per-worker state, hosts, exit codes; a job's viewer (TensorBoard, VisualDL) started and stopped",
+    ),
     Permission("", "pods/log", ("get",), "namespaced", "job logs"),
     Permission(
         "metrics.k8s.io",

@@ -1,9 +1,12 @@
-"""Serve TensorBoard's or VisualDL's own WSGI app on a UNIX socket: run inside a viewer's sandbox.
+"""Serve TensorBoard's or VisualDL's own WSGI app on a UNIX socket (a sandbox) or a TCP port (a pod).
 
 The jobs service runs this file with the viewer's interpreter (`jobs.viewers.tensorboard`
 or `jobs.viewers.visualdl`: an environment of its own, which has the viewer's package and
 not the platform's), as `python -I viewer_serve.py KIND LOGDIR FD PREFIX`, inside a
-sandbox with no network at all. A UNIX socket in a directory that only root and the
+sandbox with no network at all. On Kubernetes the viewer's pod runs it as
+`python -I viewer_serve.py --port PORT KIND LOGDIR PREFIX` (services/jobs/kube/manifests.py,
+`viewer_objects`): a TCP port on the pod's own address, which only the jobs service may
+reach (the viewer's NetworkPolicy). A UNIX socket in a directory that only root and the
 job's user can reach means no TCP port anyone else on the machine could connect to; the
 viewer's pages carry PREFIX (TensorBoard's `--path_prefix`, VisualDL's `--public-path`) so
 that they work behind `/api/v1/jobs/{name}/tensorboard/`. Standard library plus the
@@ -51,14 +54,21 @@ def visualdl_app(logdir: str, prefix: str) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    kind, logdir, fd, prefix = argv
     from werkzeug.serving import make_server
 
-    app = tensorboard_app(logdir, prefix) if kind == "tensorboard" else visualdl_app(logdir, prefix)
-    # The service made the socket, listening, in a directory of its own, and handed it
-    # over: nothing in the sandbox can name another socket for it to connect to, and
-    # requests that came meanwhile wait in its backlog.
-    server = make_server("unix://viewer", 0, app, threaded=True, fd=int(fd))
+    if argv[:1] == ["--port"]:
+        # A pod's (Kubernetes): every address of the pod, whose NetworkPolicy admits the
+        # jobs service alone.
+        port, kind, logdir, prefix = argv[1:]
+        app = tensorboard_app(logdir, prefix) if kind == "tensorboard" else visualdl_app(logdir, prefix)
+        server = make_server("0.0.0.0", int(port), app, threaded=True)  # noqa: S104
+    else:
+        kind, logdir, fd, prefix = argv
+        app = tensorboard_app(logdir, prefix) if kind == "tensorboard" else visualdl_app(logdir, prefix)
+        # The service made the socket, listening, in a directory of its own, and handed it
+        # over: nothing in the sandbox can name another socket for it to connect to, and
+        # requests that came meanwhile wait in its backlog.
+        server = make_server("unix://viewer", 0, app, threaded=True, fd=int(fd))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.serve_forever()
     return 0
