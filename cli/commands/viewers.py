@@ -11,10 +11,6 @@ page elsewhere cannot borrow the token through a DNS name it controls.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import webbrowser
-
-from aiohttp import web
 
 from ..context import Context
 from ..flags import add_flag
@@ -55,7 +51,13 @@ def _split(name: str) -> tuple[str, str | None]:
 
 
 async def serve(ctx: Context, args: argparse.Namespace, kind: str) -> int:
+    # Here, not at the top: `paddlecloud --help` and every other command import this
+    # module, and must not pay for asyncio or aiohttp (tests/e2e/test_cli_startup.py).
+    import asyncio
+    import webbrowser
     from urllib.parse import quote
+
+    from aiohttp import web
 
     job, user = _split(args.job)
     prefix = f"/api/v1/jobs/{quote(job, safe='')}/{kind}"

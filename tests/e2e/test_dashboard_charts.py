@@ -83,6 +83,15 @@ def test_a_job_page_draws_the_loss_the_sdk_logged_and_the_resource_use_at_any_wi
     package.mkdir()
     (package / "train.py").write_text(CURVES_PY)
     platform.cli("--datacenter", "as-alice", "submit", "--jobname", "curves", "--memory", "1Gi", str(package))
+    try:
+        _draws_and_stops(platform, context, shots)
+    finally:
+        # The job waits for `go` and keeps a quarter core busy: a failure above must not
+        # leave it running past the server (its supervisor outlives the service by design).
+        platform.cli("--datacenter", "as-alice", "kill", "curves", check=False)
+
+
+def _draws_and_stops(platform: Any, context: Any, shots: Path) -> None:
     page = context.new_page()
     page.set_viewport_size({"width": 1400, "height": 900})
     sign_in(page, platform, "alice")

@@ -278,13 +278,27 @@ def test_the_viewers_pages_run_in_a_browser_on_the_forward_and_never_on_the_gate
                 "default-src 'none'; frame-ancestors 'none'; sandbox"
             ], kind
 
-    # On the forward's own loopback origin the real pages run and draw the job's tags.
+    # On the forward's own loopback origin the real pages run and draw the job's tags, once
+    # the viewer has read them (each loads its log directory in the background).
+    loaded = {
+        "tensorboard": ("data/plugin/scalars/tags", lambda body: "loss" in body.get("tb-run", {})),
+        "visualdl": ("api/scalar/tags", lambda body: body.get("data", {}).get("runs")),
+    }
     for kind in PYTHONS:
         process, url = forward(server, kind, job)
         try:
+            data, done = loaded[kind]
+            poll(url + data, done)
             page = context.new_page()
             page.goto(url)
-            page.get_by_text("loss", exact=True).first.wait_for(state="visible", timeout=WAIT_SECONDS * 1000)
+            try:
+                page.get_by_text("loss", exact=True).first.wait_for(
+                    state="visible", timeout=WAIT_SECONDS * 1000
+                )
+            except Exception as exc:
+                raise AssertionError(
+                    f"{kind}'s page never showed loss: {page.inner_text('body')[:500]!r}"
+                ) from exc
             page.close()
         finally:
             process.terminate()
