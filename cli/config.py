@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -277,6 +276,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     filesystem) and fsynced before the rename, and the directory after it, so a crash leaves a
     whole file behind.
     """
+    import tempfile  # here: it imports shutil and random, which reading a config never needs
+
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

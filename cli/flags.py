@@ -172,6 +172,46 @@ class ArgumentParser(argparse.ArgumentParser):
         return True
 
 
+class Deferred:
+    """The calls a command's registration makes on its parser (`add_argument`,
+    `add_argument_group`, `add_mutually_exclusive_group`, `set_defaults`), kept in order to be
+    replayed on the real parser when the command is chosen. `built()` is that parser, built now
+    if need be (for code that reads a parser's options, such as a group's `prepare_args`)."""
+
+    def __init__(self, build: Callable[[], ArgumentParser] | None = None) -> None:
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any], Deferred | None]] = []
+        self._build = build
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> None:
+        self._calls.append(("add_argument", args, kwargs, None))
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Deferred:
+        return self._nested("add_argument_group", args, kwargs)
+
+    def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> Deferred:
+        return self._nested("add_mutually_exclusive_group", args, kwargs)
+
+    def set_defaults(self, **kwargs: Any) -> None:
+        self._calls.append(("set_defaults", (), kwargs, None))
+
+    def built(self) -> ArgumentParser:
+        if self._build is None:
+            raise TypeError("only a command's own Deferred builds a parser, not one of its groups")
+        return self._build()
+
+    def replay(self, target: Any) -> None:
+        """Make every kept call on `target` (a parser, or the group a kept call made)."""
+        for method, args, kwargs, nested in self._calls:
+            made = getattr(target, method)(*args, **kwargs)
+            if nested is not None:
+                nested.replay(made)
+
+    def _nested(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Deferred:
+        nested = Deferred()
+        self._calls.append((method, args, kwargs, nested))
+        return nested
+
+
 def flag_names(name: str, *aliases: str, short: str | None = None) -> list[str]:
     """Every spelling of a flag: `-name` and `--name` for Go-style names, `--alias` for the rest.
 
@@ -191,12 +231,12 @@ def flag_names(name: str, *aliases: str, short: str | None = None) -> list[str]:
 
 
 def add_flag(
-    parser: argparse._ActionsContainer,
+    parser: argparse._ActionsContainer | Deferred,
     name: str,
     *aliases: str,
     short: str | None = None,
     **kwargs: Any,
-) -> argparse.Action:
+) -> None:
     """Register one option under all its spellings; the value lands in `name` (hyphens as `_`).
 
     `add_flag(p, "jobname", "job-name")` accepts `-jobname x`, `--jobname x`, `--job-name x` and the
@@ -205,4 +245,4 @@ def add_flag(
     kwargs.setdefault("dest", name.replace("-", "_"))
     if kwargs.get("action") not in ("store_true", "store_false", "count", "help", "version"):
         kwargs.setdefault("metavar", name.upper().replace("-", "_"))
-    return parser.add_argument(*flag_names(name, *aliases, short=short), **kwargs)
+    parser.add_argument(*flag_names(name, *aliases, short=short), **kwargs)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from typing import TextIO
 
 from . import __version__
-from .commands import CommandTree, register_all
+from .commands import CommandTree, add_commands, register_all
 from .config import CONFIG_ENV, ConfigMissing, check_endpoint
 from .context import Context, UsageError
 from .errors import ApiError, ConnectionProblem, CredentialsMissing, PaddleCloudError, one_line
@@ -122,8 +121,7 @@ def build_parser(prog: str = "paddlecloud") -> ArgumentParser:
     add_global_options(parser, defaults=True)
     per_command = ArgumentParser(add_help=False)
     add_global_options(per_command, defaults=False)
-    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
-    register_all(CommandTree(subparsers, [per_command], parser))
+    register_all(CommandTree(add_commands(parser), [per_command], parser))
     return parser
 
 
@@ -212,6 +210,8 @@ async def _run(command: Awaitable[int], ctx: Context) -> int:
 def report(ctx: Context, exc: BaseException) -> int:
     """One line on stderr for a failure (a traceback first with --debug); returns the exit status."""
     if ctx.debug:
+        import traceback  # here: only --debug prints one, and every command would import it
+
         traceback.print_exception(exc, file=ctx.stderr)
     if isinstance(exc, PaddleCloudError):
         message = one_line(str(exc))

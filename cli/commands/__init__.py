@@ -3,6 +3,12 @@
 A module here defines `register(tree: CommandTree) -> None` and, optionally, `ORDER` (an int,
 default 50) to place its commands in `--help`. Adding a group means adding a module; nothing
 else lists them.
+
+A command's own parser is built only when the command is chosen (or its help asked for): what
+its registration asks of the parser is kept as a list of calls (`flags.Deferred`) and replayed then.
+argparse takes about a millisecond per parser and its arguments, and `--help` or `version`
+would otherwise build some fifty of them on every run (docs/performance-history.md, "CLI
+start-up"). Groups (`get`, `pfs`, `users`) are built at once: their commands live beneath them.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 from ..context import Handler
-from ..flags import ArgumentParser, HelpFormatter
+from ..flags import ArgumentParser, Deferred, HelpFormatter
 
 DEFAULT_ORDER = 50
 
@@ -35,6 +42,54 @@ class UnknownCommand(LookupError):
         self.choices = list(choices)
 
 
+class LazySubParsers(argparse._SubParsersAction):
+    """argparse's subcommands, with commands whose parsers are built on first use.
+
+    `--help` lists a command from its name, aliases and one-line help, which `add_lazy` keeps
+    as `add_parser` does; the parser itself is made when argparse dispatches to the command
+    (`__call__`) or someone asks for it (`parser`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[str, tuple[str, dict[str, Any], Deferred]] = {}
+
+    def add_lazy(self, name: str, *, help: str, aliases: Sequence[str], **kwargs: Any) -> Deferred:
+        deferred = Deferred(lambda: self.parser(name))
+        # The line `--help` shows, as add_parser makes it (the parser is then made without help).
+        self._choices_actions.append(self._ChoicesPseudoAction(name, list(aliases), help))
+        for spelling in (name, *aliases):
+            if spelling in self._name_parser_map:
+                raise argparse.ArgumentError(self, f"conflicting subparser: {spelling}")
+            self._pending[spelling] = (name, {"aliases": list(aliases), **kwargs}, deferred)
+            # A placeholder, so that argparse's own choice checks and messages see every name.
+            self._name_parser_map[spelling] = None
+        return deferred
+
+    def parser(self, spelling: str) -> ArgumentParser:
+        """The parser of the command named `spelling` (a name or an alias), built if need be."""
+        pending = self._pending.get(spelling)
+        if pending is not None:
+            name, kwargs, deferred = pending
+            order = list(self._name_parser_map)
+            for alias in (name, *kwargs["aliases"]):
+                del self._pending[alias]
+                del self._name_parser_map[alias]
+            made = self.add_parser(name, **kwargs)
+            deferred.replay(made)
+            # Back in registration order (`commands` lists them so); `choices` is this same map.
+            parsers = dict(self._name_parser_map)
+            self._name_parser_map.clear()
+            self._name_parser_map.update((spelling, parsers[spelling]) for spelling in order)
+        parser: ArgumentParser = self._name_parser_map[spelling]
+        return parser
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if values and values[0] in self._pending:
+            self.parser(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
 class CommandTree:
     """One level of subcommands; `group()` makes or finds a nested level, `command()` a leaf.
 
@@ -43,7 +98,7 @@ class CommandTree:
 
     def __init__(
         self,
-        subparsers: argparse._SubParsersAction[ArgumentParser],
+        subparsers: LazySubParsers,
         parents: Sequence[ArgumentParser],
         parser: argparse.ArgumentParser,
     ) -> None:
@@ -71,12 +126,11 @@ class CommandTree:
         first, rest = words[0], words[1:]
         if first in self._groups:
             return self._groups[first].find(rest)
-        parser = self._subparsers.choices.get(first)
-        if parser is None:
+        if first not in self._subparsers.choices:
             raise UnknownCommand(first, self.names)
         if rest:
             raise UnknownCommand(rest[0], [])  # a leaf has no commands beneath it
-        return parser
+        return self._subparsers.parser(first)
 
     def level(self, words: Sequence[str]) -> CommandTree:
         """The nested level `words` names (`["get"]`); `UnknownCommand` if it is not a group."""
@@ -97,12 +151,13 @@ class CommandTree:
         epilog: str | None = None,
         aliases: Sequence[str] = (),
         prepare_args: Callable[[list[str]], list[str]] | None = None,
-    ) -> ArgumentParser:
-        """A leaf command running `handler`; add its own arguments to the parser returned.
+    ) -> Deferred:
+        """A leaf command running `handler`; add its own arguments to what is returned, as to a
+        parser: they are added to the command's parser when it is built (see `Deferred`).
 
         `prepare_args` rewrites the command's arguments before they are parsed (see `ArgumentParser`).
         """
-        parser = self._subparsers.add_parser(
+        parser = self._subparsers.add_lazy(
             name,
             help=help,
             description=description or _sentence(help),
@@ -144,11 +199,20 @@ class CommandTree:
             allow_abbrev=False,
             prepare_args=prepare_args,
         )
-        subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
+        subparsers = add_commands(parser)
         tree = CommandTree(subparsers, self._parents, parser)
         for spelling in (name, *aliases):
             self._groups[spelling] = tree
         return tree
+
+
+def add_commands(parser: argparse.ArgumentParser) -> LazySubParsers:
+    """The level of subcommands beneath `parser`, whose parsers are built when chosen."""
+    subparsers = parser.add_subparsers(
+        title="commands", metavar="COMMAND", dest="command", required=True, action=LazySubParsers
+    )
+    assert isinstance(subparsers, LazySubParsers)
+    return subparsers
 
 
 def _sentence(text: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import string
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context import Context, UsageError
 from ..errors import PaddleCloudError
-from ..flags import ArgumentParser, add_flag
+from ..flags import Deferred, add_flag
 from ..output import FORMATS, Column, cell, render_data, render_record, render_table
 from ..progress import Progress, human_size, plural
 from ..steps import SubmitSteps
@@ -88,6 +87,8 @@ def default_name(package: str, suffix: str | None = None) -> str:
     cleaned = "-".join(part for part in cleaned.split("-") if part)
     if not cleaned or not cleaned[0].isalpha():
         cleaned = f"job-{cleaned}" if cleaned else "job"
+    import secrets  # here: it imports hmac and random, which `--help` need not pay for
+
     suffix = suffix or "".join(
         secrets.choice(string.ascii_lowercase + string.digits) for _ in range(NAME_SUFFIX_LENGTH)
     )
@@ -789,7 +790,7 @@ def _register_submit(tree: CommandTree) -> None:
     add_submit_flags(parser)
 
 
-def add_submit_flags(parser: ArgumentParser) -> None:
+def add_submit_flags(parser: Deferred) -> None:
     job = parser.add_argument_group("the job")
     add_flag(
         job, "jobname", "job-name", "name", metavar="NAME", help="the job's name (unique among your jobs)"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DEFAULT_JOBS, paddle_home
 from ..context import Context, Handler, UsageError
 from ..errors import ApiError, PaddleCloudError
-from ..flags import ArgumentParser, add_flag
+from ..flags import Deferred, add_flag
 from ..output import Column, render_record, render_table
 from ..pfspaths import is_remote, relative_to, strip_slash
 from ..progress import Progress, human_size
@@ -395,7 +395,7 @@ def _jobs(value: str) -> int:
     return number
 
 
-def add_transfer_flags(parser: ArgumentParser) -> None:
+def add_transfer_flags(parser: Deferred) -> None:
     add_flag(parser, "recursive", short="-r", action="store_true", help="copy directories and all they hold")
     add_flag(
         parser,
@@ -553,7 +553,7 @@ again resumes.
 """
 
 
-def _register_copy(pfs: CommandTree) -> ArgumentParser:
+def _register_copy(pfs: CommandTree) -> Deferred:
     parser = pfs.command(
         "copy",
         copy,
@@ -572,13 +572,13 @@ def _register_copy(pfs: CommandTree) -> ArgumentParser:
 
 
 def register(tree: CommandTree) -> None:
-    copy_parser: ArgumentParser | None = None
+    copy_parser: Deferred | None = None
 
     def subcommands() -> Sequence[str]:
         return pfs.names
 
     def takes_value(flag: str) -> bool:
-        action = copy_parser._option_string_actions.get(flag) if copy_parser is not None else None
+        action = copy_parser.built()._option_string_actions.get(flag) if copy_parser is not None else None
         return action is not None and action.nargs != 0
 
     pfs = tree.group(

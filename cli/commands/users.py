@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,6 +70,8 @@ def _password(ctx: Context, args: argparse.Namespace) -> tuple[str, bool]:
         if not args.password:
             raise UsageError("--password: the password is empty")
         return args.password, False
+    import secrets  # here: it imports hmac and random, which `--help` need not pay for
+
     return secrets.token_urlsafe(GENERATED_PASSWORD_BYTES), True
 
 
