@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Literal
 
 import structlog
@@ -26,7 +29,7 @@ def configure_logging(
         shared.insert(0, _bind_service(service))
     renderer: structlog.types.Processor
     if use_json:
-        renderer = structlog.processors.JSONRenderer()
+        renderer = structlog.processors.JSONRenderer(serializer=_dumps)
         shared.append(structlog.processors.dict_tracebacks)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
@@ -81,3 +84,15 @@ def _bind_service(service: str) -> structlog.types.Processor:
         return event
 
     return add_service
+
+
+@functools.cache
+def _encoder(default: Callable[[object], object]) -> json.JSONEncoder:
+    return json.JSONEncoder(default=default)
+
+
+def _dumps(obj: object, *, default: Callable[[object], object]) -> str:
+    """`json.dumps` with one encoder kept per `default`: given a `default` (structlog always
+    passes its fallback), `json.dumps` builds a new encoder for every line, which was a
+    quarter of rendering the gateway's access line. The same settings, so the same text."""
+    return _encoder(default).encode(obj)
