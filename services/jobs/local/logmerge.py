@@ -41,7 +41,7 @@ class LogMerge:
     def start(cls, logs: Path, names: Sequence[str], query: LogQuery) -> LogMerge:
         """A reader at the query's cursor, or its tail, or the start; BadCursor for a cursor
         that is not one of this job's."""
-        offsets = _decode_cursor(query.cursor, names) if query.cursor else None
+        offsets = decode_cursor(query.cursor, names) if query.cursor else None
         if offsets is None:
             offsets = [0] * len(names)
             if query.tail is not None:
@@ -121,11 +121,11 @@ def _tail(path: Path, lines: int) -> int:
     return tail_offset(path, lines, read_dropped(path).offset)
 
 
-def _encode_cursor(offsets: Sequence[int]) -> str:
+def encode_cursor(offsets: Sequence[int]) -> str:
     return "l1." + ".".join(map(str, offsets))
 
 
-def _decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
+def decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
     version, _, rest = cursor.partition(".")
     parts = rest.split(".") if rest else []
     if version != "l1" or len(parts) != len(names) or not all(p.isdigit() and len(p) < 16 for p in parts):
