@@ -807,14 +807,15 @@ async def follow_lines(session: aiohttp.ClientSession, api: Api, name: str, coun
 async def followers(platform: Platform, api: Api, package: str) -> None:
     """N concurrent followers of one job printing FOLLOWED_RATE lines/s, for each N in FOLLOWERS."""
     count = FOLLOWED_RATE * FOLLOWED_SECONDS
-    jobs_pid = service_pid(platform, "jobs")
+    jobs_pid, gateway_pid = service_pid(platform, "jobs"), service_pid(platform, "gateway")
     print(
         f"log followers: N concurrent `GET logs?follow=1` (NDJSON) of one job printing {FOLLOWED_RATE} "
         f"lines/s for {FOLLOWED_SECONDS} s; written → received over every line of every follower, and the "
-        f"jobs service's CPU over the job's run (cores); the job waits 1 s + 1 s per 500 followers before "
-        f"its first line, so that every follower is there; load average {os.getloadavg()[0]:.1f}"
+        f"jobs service's and the gateway's CPU over the job's run (cores); the job waits 1 s + 1 s per 500 "
+        f"followers before its first line, so that every follower is there; load average "
+        f"{os.getloadavg()[0]:.1f}"
     )
-    print(f"  {'followers':{WIDTH}}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'cores':>9}")
+    print(f"  {'followers':{WIDTH}}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'jobs':>9}{'gateway':>9}")
     figures = {}
     # One pool without a connection limit for all followers (aiohttp's default is 100).
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
@@ -826,13 +827,21 @@ async def followers(platform: Platform, api: Api, package: str) -> None:
                 job_spec(name, package, f"python ticks.py {FOLLOWED_RATE} {count} {1 + n / 500:g}"),
                 201,
             )
-            cpu, start = cpu_seconds(jobs_pid), time.perf_counter()
-            results = await asyncio.gather(*(follow_lines(session, api, name, count) for _ in range(n)))
-            cores = (cpu_seconds(jobs_pid) - cpu) / (time.perf_counter() - start)
-            latencies = [x for r in results for x in r]
-            p50, p95, p99 = (pct(latencies, p) * 1e3 for p in (50, 95, 99))
-            figures[n] = (p95, cores)
-            print(f"  {n:<{WIDTH},}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}{cores:>9.2f}", flush=True)
+            cpu, gateway, start = cpu_seconds(jobs_pid), cpu_seconds(gateway_pid), time.perf_counter()
+            follows = (follow_lines(session, api, name, count) for _ in range(n))
+            results = await asyncio.gather(*follows, return_exceptions=True)
+            took = time.perf_counter() - start
+            cores, gateway = (cpu_seconds(jobs_pid) - cpu) / took, (cpu_seconds(gateway_pid) - gateway) / took
+            failed = [r for r in results if isinstance(r, BaseException)]
+            latencies = [x for r in results if not isinstance(r, BaseException) for x in r]
+            p50, p95, p99 = (pct(latencies, p) * 1e3 if latencies else math.inf for p in (50, 95, 99))
+            figures[n] = (p95, cores) if not failed else (math.inf, cores)
+            print(f"  {n:<{WIDTH},}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}{cores:>9.2f}{gateway:>9.2f}", flush=True)
+            if failed:  # said, not hidden: such a run meets no aim
+                print(
+                    f"  ({len(failed)} of {n} followers failed; the first: {str(failed[0])[:300]})",
+                    flush=True,
+                )
     p95, cores = figures.get(100, (math.inf, math.inf))
     aim(f"100 followers: p95 <= {AIM_FOLLOWERS_P95_MS:g} ms", f"{p95:.0f} ms", p95 <= AIM_FOLLOWERS_P95_MS)
     aim(
