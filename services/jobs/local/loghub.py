@@ -129,12 +129,13 @@ class Follower:
         while True:
             if self.behind and self.queue.empty():
                 return
-            batch = await self.queue.get()
-            if batch is _END:
+            queued = await self.queue.get()
+            if queued is _END:
                 self.ended = True
                 return
-            if not batch:
-                continue
+            if not queued:
+                continue  # _WAKE: look at `behind` again
+            batch = queued
             if not aligned:
                 batch, aligned = _rebase(batch, reader, index)
                 if not batch:
