@@ -7,7 +7,9 @@
   and a smaller one on FerretDB v1 on SQLite, built by `make ferretdb`),
   against the same query straight on the store and the same request for a user with no history;
 - log follow: written → received latency and lines per second, against reading the same
-  program's lines from a pipe.
+  program's lines from a pipe;
+- log followers: 1, 10, 100 and 1000 concurrent followers of one job printing 20 lines/s,
+  each line's written → received latency over all followers and the jobs service's CPU.
 
 Everything goes through the gateway, as `bench/pfs` does, with the service defaults
 (`jobs.poll_seconds` 0.1) unless a line says otherwise; the clients are plain aiohttp
@@ -75,6 +77,12 @@ SAMPLE_SECONDS = 4.0  # the most one kind of request may take, once it has 5 sam
 LOG_RATE = 200  # lines per second for the latency run
 LOG_SECONDS = 3
 BURST_LINES = 100_000
+AIM_BURST = 0.9  # a burst's lines/s through the platform, against the same program into a pipe
+FOLLOWERS = (1, 10, 100, 1000)  # concurrent `logs -f` of one job
+FOLLOWED_RATE = 20  # lines per second of the followed job
+FOLLOWED_SECONDS = 5
+AIM_FOLLOWERS_P95_MS = 50.0  # with 100 followers
+AIM_FOLLOWERS_CORES = 0.2  # the jobs service's CPU with 100 followers
 WIDTH = 64  # of the first column of the tables
 
 UP = """\
@@ -83,10 +91,12 @@ print(f"up {time.time():.6f}", flush=True)
 time.sleep(float(sys.argv[1]))
 """
 
-# One print per line, as a training program would; rate 0 means as fast as it can.
+# One print per line, as a training program would; rate 0 means as fast as it can; an
+# optional third argument: seconds to wait before the first line.
 TICKS = """\
 import sys, time
 rate, count = float(sys.argv[1]), int(sys.argv[2])
+time.sleep(float(sys.argv[3]) if len(sys.argv) > 3 else 0)
 start = time.perf_counter()
 for seq in range(count):
     if rate:
@@ -768,7 +778,77 @@ def print_follow(latency: list[float], pipe: list[float], burst: float, rate: fl
         print(f"  {'lines per second, printing as fast as it can':{WIDTH}}{'lines/s':>9}{'ratio':>9}")
         print(f"  {f'baseline: the same {BURST_LINES:,} lines through a pipe':{WIDTH}}{rate:>9,.0f}")
         print(f"  {'job → jobs service → gateway → follower':{WIDTH}}{burst:>9,.0f}{burst / rate:>8.2f}x")
+        aim(f"log burst >= {AIM_BURST:g}x of a pipe", f"{burst / rate:.2f}x", burst / rate >= AIM_BURST)
     print(end="", flush=True)
+
+
+async def follow_lines(session: aiohttp.ClientSession, api: Api, name: str, count: int) -> list[float]:
+    """Written → received of every line of one follower, which must get all `count` lines in order."""
+    headers = {**api.headers, "Accept": "application/x-ndjson"}
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    latencies, seqs = [], []
+    async with session.get(
+        f"{api.url}/api/v1/jobs/{name}/logs?follow=1", headers=headers, timeout=timeout
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        buffer = b""
+        async for chunk in resp.content.iter_any():
+            now = time.time()
+            *complete, buffer = (buffer + chunk).split(b"\n")
+            for raw in complete:
+                seq, written = json.loads(raw)["line"].split()
+                seqs.append(int(seq))
+                latencies.append(now - float(written))
+    if seqs != list(range(count)):
+        raise RuntimeError(f"a follower of {name} got {len(seqs)} lines, not 0..{count - 1} in order")
+    return latencies
+
+
+async def followers(platform: Platform, api: Api, package: str) -> None:
+    """N concurrent followers of one job printing FOLLOWED_RATE lines/s, for each N in FOLLOWERS."""
+    count = FOLLOWED_RATE * FOLLOWED_SECONDS
+    jobs_pid, gateway_pid = service_pid(platform, "jobs"), service_pid(platform, "gateway")
+    print(
+        f"log followers: N concurrent `GET logs?follow=1` (NDJSON) of one job printing {FOLLOWED_RATE} "
+        f"lines/s for {FOLLOWED_SECONDS} s; written → received over every line of every follower, and the "
+        f"jobs service's and the gateway's CPU over the job's run (cores); the job waits 1 s + 1 s per 500 "
+        f"followers before its first line, so that every follower is there; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(f"  {'followers':{WIDTH}}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'jobs':>9}{'gateway':>9}")
+    figures = {}
+    # One pool without a connection limit for all followers (aiohttp's default is 100).
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        for n in FOLLOWERS:
+            name = f"followed-{n}"
+            await api.call(
+                "POST",
+                "/api/v1/jobs",
+                job_spec(name, package, f"python ticks.py {FOLLOWED_RATE} {count} {1 + n / 500:g}"),
+                201,
+            )
+            cpu, gateway, start = cpu_seconds(jobs_pid), cpu_seconds(gateway_pid), time.perf_counter()
+            follows = (follow_lines(session, api, name, count) for _ in range(n))
+            results = await asyncio.gather(*follows, return_exceptions=True)
+            took = time.perf_counter() - start
+            cores, gateway = (cpu_seconds(jobs_pid) - cpu) / took, (cpu_seconds(gateway_pid) - gateway) / took
+            failed = [r for r in results if isinstance(r, BaseException)]
+            latencies = [x for r in results if not isinstance(r, BaseException) for x in r]
+            p50, p95, p99 = (pct(latencies, p) * 1e3 if latencies else math.inf for p in (50, 95, 99))
+            figures[n] = (p95, cores) if not failed else (math.inf, cores)
+            print(f"  {n:<{WIDTH},}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}{cores:>9.2f}{gateway:>9.2f}", flush=True)
+            if failed:  # said, not hidden: such a run meets no aim
+                print(
+                    f"  ({len(failed)} of {n} followers failed; the first: {str(failed[0])[:300]})",
+                    flush=True,
+                )
+    p95, cores = figures.get(100, (math.inf, math.inf))
+    aim(f"100 followers: p95 <= {AIM_FOLLOWERS_P95_MS:g} ms", f"{p95:.0f} ms", p95 <= AIM_FOLLOWERS_P95_MS)
+    aim(
+        f"100 followers: jobs service < {AIM_FOLLOWERS_CORES:g} core",
+        f"{cores:.2f}",
+        cores < AIM_FOLLOWERS_CORES,
+    )
 
 
 # --- the runs -----------------------------------------------------------------------------------
@@ -800,6 +880,7 @@ async def on_sqlite(platform: Platform) -> None:
             burst = await follow_burst(apis[0], packages[0], "burst", BURST_LINES)
             pipe_rate = await asyncio.to_thread(pipe_burst, host_package, env, BURST_LINES)
             print_follow(latency, pipe, burst, pipe_rate, 0.1)
+            await followers(platform, apis[0], packages[0])
         finally:
             left = sum(await asyncio.gather(*(kill_active(api) for api in apis)))
             if left:

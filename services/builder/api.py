@@ -55,5 +55,5 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         request,
         builder.logs(build, query),
         as_text=lambda x: x.line,
-        as_json=lambda x: {"line": x.line, "cursor": x.cursor},
+        json_fields=("line", "cursor"),
     )

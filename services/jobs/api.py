@@ -256,5 +256,5 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         request,
         await manager.logs(request[IDENTITY], job, query),
         as_text=lambda x: f"[{x.worker}] {x.line}",
-        as_json=lambda x: {"worker": x.worker, "line": x.line, "cursor": x.cursor},
+        json_fields=("worker", "line", "cursor"),
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from paddlecloud.common.config import ViewersSection
 from paddlecloud.common.volume import PfsPath
@@ -159,8 +159,9 @@ class JobUsage:
     reason: str | None = None
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(NamedTuple):
+    """One line of a worker's log. A tuple, not a dataclass: a burst makes one per line."""
+
     worker: str
     line: str  # without its newline
     cursor: str  # resume after this line

@@ -13,7 +13,9 @@ import pytest
 
 from paddlecloud.common.logstream import read_lines, tail_offset
 from paddlecloud.common.sandbox import View, bwrap_args
+from paddlecloud.jobs.backend import LogQuery
 from paddlecloud.jobs.local.caplog import CappedLog, LogClock, LogTimes, order_path, read_dropped
+from paddlecloud.jobs.local.logmerge import LogMerge
 from paddlecloud.jobs.local.unpack import PackageTooLarge, unpack
 from support import zeros_tar_gz
 
@@ -205,6 +207,31 @@ def test_two_logs_of_one_clock_say_which_bytes_came_first_and_a_trim_keeps_it_sm
     assert again.starts[0] == gone.offset and again.starts == sorted(again.starts)
     assert order_path(tmp_path / "a.log").stat().st_size < 20_000 * 16  # the dropped runs' records went
     assert again.at(gone.offset) > times_b.at(200)  # still later than what came before
+
+
+def test_merged_lines_come_in_the_order_written_and_every_cursor_resumes_exactly_after_its_line(
+    tmp_path: Path,
+) -> None:
+    clock = LogClock()
+    logs = {n: CappedLog(tmp_path / f"{n}.log", None, clock) for n in ("trainer-0", "trainer-1")}
+    # Runs of several lines, a line written in two parts with the other worker between
+    # (it stays where it began), and a worker writing twice in a row (one run).
+    writes = [("trainer-0", b"a1\na2\n"), ("trainer-1", b"b1\nb2\nb3"), ("trainer-0", b"a3\n")]
+    writes += [("trainer-1", b" end\n"), ("trainer-1", b"b4\n"), ("trainer-0", b"a4\na5\n")]
+    for name, data in writes:
+        logs[name].write(data)
+    for log in logs.values():
+        log.close()
+    names = list(logs)
+    expected = ["a1", "a2", "b1", "b2", "b3 end", "a3", "b4", "a4", "a5"]
+    lines, more = LogMerge.start(tmp_path, names, LogQuery()).read(final=True)
+    assert [x.line for x in lines] == expected and not more
+    assert [x.worker[-1] for x in lines] == [{"a": "0", "b": "1"}[t[0]] for t in expected]
+    for i, line in enumerate(lines):  # no gap and no repeat after any cursor
+        rest, _ = LogMerge.start(tmp_path, names, LogQuery(cursor=line.cursor)).read(final=True)
+        assert [x.line for x in rest] == expected[i + 1 :]
+    only, _ = LogMerge.start(tmp_path, names, LogQuery(workers={"trainer-1"})).read(final=True)
+    assert [x.line for x in only] == ["b1", "b2", "b3 end", "b4"]
 
 
 def test_without_a_cap_a_log_keeps_everything(tmp_path: Path) -> None:

@@ -23,3 +23,24 @@ def test_an_endless_line_is_cut_into_pieces_that_account_for_every_byte(tmp_path
     lines, _ = read_lines(log, 0, final=False)
     assert [len(text) for text, _ in lines] == [LOG_READ_SIZE, LOG_READ_SIZE, 3, 3]
     assert sum(size for _, size in lines) == log.stat().st_size
+
+
+def test_short_lines_split_at_once_match_the_piece_by_piece_reading(tmp_path: Path) -> None:
+    # ASCII and not, an invalid byte, an empty line, and a batch with a long line (read
+    # piece by piece): the same lines and sizes either way, and every byte accounted for.
+    for data in (
+        b"a\nbb\n\nccc\npart",
+        "é\n✓ done\nx".encode() + b"\xfe\n",
+        b"short\n" + b"y" * LOG_READ_SIZE + b"\nshort again\n",
+    ):
+        log = tmp_path / "w.log"
+        log.write_bytes(data)
+        waiting, _ = read_lines(log, 0, final=False)
+        final, _ = read_lines(log, 0, final=True)
+        assert sum(size for _, size in final) == len(data)
+        assert waiting == final[: len(waiting)]
+        texts = [text for text, _ in final]
+        if len(data) < LOG_READ_SIZE:
+            assert texts == data.decode("utf-8", errors="replace").split("\n")[: len(texts)]
+        else:
+            assert texts == ["short", "y" * LOG_READ_SIZE, "", "short again"]  # its newline comes alone

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -68,6 +69,7 @@ from ..records import JobRecord
 from ..spec import JobSpec
 from . import claim
 from .gpus import GpuPool, discover
+from .loghub import LogHubs, follow
 from .logmerge import LogMerge
 from .plan import STOP_REASON, CgroupPlan, HostPlan, Plan, Ports, SandboxPlan, WorkerPaths, build_plan
 from .uids import UidMap, UidsExhausted
@@ -182,6 +184,7 @@ class LocalBackend(Backend):
         self._root = root
         self._work_dir = config.jobs.work_dir.expanduser().absolute()
         self._log_poll = config.jobs.log_poll_seconds
+        self._log_hubs = LogHubs(self._log_poll)  # by job id: the one reader of its followed logs
         self._sandbox = sandboxes.Sandbox(None, None, os.geteuid() == 0)
         self._network: str | None = None  # Plan.network: None, the host's
         self._hierarchy: cgroups.Hierarchy | None = None
@@ -265,6 +268,7 @@ class LocalBackend(Backend):
         # stopped before, by the service's Viewers.)
         await self._zygote.close()
         self._viewers.close()
+        await self._log_hubs.close()
         if self._notify is not None:
             asyncio.get_running_loop().remove_reader(self._notify.fileno())
             self._notify.close()
@@ -722,16 +726,11 @@ class LocalBackend(Backend):
         if job_dir is None or not names:
             return
         reader = LogMerge.start(job_dir / "logs", names, query)
-        while True:
-            final = self._is_final(job)  # decided before reading, so nothing written after is missed
-            batch, more = reader.read(final)
-            if batch:
-                yield batch
-            if more:
-                continue
-            if final or not query.follow:
-                return
-            await asyncio.sleep(self._log_poll)
+        shared = not query.workers and not query.roles  # every worker's lines: the hub's
+        is_final = functools.partial(self._is_final, job)
+        hub = functools.partial(self._log_hubs.join, job.id, is_final) if shared else None
+        async for batch in follow(reader, is_final, self._log_poll, query.follow, hub):
+            yield batch
 
     def _is_final(self, job: JobRecord) -> bool:
         """No more log lines can come: the job is final, or its supervisor is gone."""

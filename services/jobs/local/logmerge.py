@@ -9,8 +9,10 @@ a finished job's logs interleave as a live follow did. A cursor is every worker'
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
@@ -18,9 +20,10 @@ from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
 from ..backend import LogLine, LogQuery
 from .caplog import LogTimes, read_dropped
 
-# One line read: (its stamp, the worker's index, the offset after it, its text). Sorted,
-# that is the order they came in.
-_Found = tuple[int, int, int, str]
+# Lines of one worker read together under one stamp: (the stamp, the worker's index, the
+# offset after each line, their texts). Sorted by stamp and worker, that is the order they
+# came in.
+_Run = tuple[int, int, list[int], list[str]]
 
 
 @dataclass
@@ -38,7 +41,7 @@ class LogMerge:
     def start(cls, logs: Path, names: Sequence[str], query: LogQuery) -> LogMerge:
         """A reader at the query's cursor, or its tail, or the start; BadCursor for a cursor
         that is not one of this job's."""
-        offsets = _decode_cursor(query.cursor, names) if query.cursor else None
+        offsets = decode_cursor(query.cursor, names) if query.cursor else None
         if offsets is None:
             offsets = [0] * len(names)
             if query.tail is not None:
@@ -55,28 +58,34 @@ class LogMerge:
         """One pass: the lines every wanted log has after its offset, merged, each with the
         cursor after it; and whether more wait already (read again at once). `final`: no
         more will be written, so a last line without its newline is read too."""
-        found: list[_Found] = []
+        runs: list[_Run] = []
         more = False
         # A worker with more than one batch waiting was read only up to some stamp: what
         # others have after it waits for the next pass, so the merge never runs ahead.
         upto: int | None = None
         for i in self.wanted:
-            lines, partial, last = self._read_one(i, final)
-            found += lines
+            found, partial, last = self._read_one(i, final)
+            runs += found
             more = more or partial
             if last is not None:
                 upto = last if upto is None else min(upto, last)
-        batch = []
-        for stamp, i, end, text in sorted(found):
+        batch: list[LogLine] = []
+        offsets = self.offsets
+        for stamp, i, ends, texts in sorted(runs, key=lambda run: (run[0], run[1])):
             if upto is not None and stamp > upto:
                 continue  # read again next pass, after the lines that came before it
-            self.offsets[i] = end
-            batch.append(LogLine(self.names[i], text, _encode_cursor(self.offsets)))
+            # Only worker i's offset moves along a run: the others' are written once.
+            head = "l1." + "".join(f"{o}." for o in offsets[:i])
+            tail = "".join(f".{o}" for o in offsets[i + 1 :])
+            name = self.names[i]
+            lines = zip(texts, ends, strict=True)
+            batch += [LogLine(name, text, f"{head}{end}{tail}") for text, end in lines]
+            offsets[i] = ends[-1]
         return batch, more
 
-    def _read_one(self, i: int, final: bool) -> tuple[list[_Found], bool, int | None]:
-        """What worker `i`'s log has after its offset; whether more waits there; and, when
-        it was read only in part, the stamp of its last line read."""
+    def _read_one(self, i: int, final: bool) -> tuple[list[_Run], bool, int | None]:
+        """What worker `i`'s log has after its offset, in runs of one stamp each; whether more
+        waits there; and, when it was read only in part, the stamp of its last line read."""
         path = self.logs / f"{self.names[i]}.log"
         start = self.offsets[i]
         lines, truncated = read_lines(path, start, final)
@@ -84,16 +93,27 @@ class LogMerge:
         gone = read_dropped(path)
         if gone.offset > start:
             # What was read may be a dropped part's zeros: a marker stands for it, first.
-            return [(-1, i, gone.offset, gone.marker(start))], True, None
+            return [(-1, i, [gone.offset], [gone.marker(start)])], True, None
         if not lines:
             return [], False, None
-        stamps = self.times[i].refresh(path)
-        found = []
-        position = start
-        for text, size in lines:
-            found.append((stamps.at(position), i, position + size, text))
-            position += size
-        return found, truncated, found[-1][0] if truncated else None
+        texts = [text for text, _ in lines]
+        ends = list(accumulate((size for _, size in lines), initial=start))
+        begins = ends[:-1]  # where each line begins: its stamp is that of the byte there
+        del ends[0]
+        times = self.times[i].refresh(path)
+        # The order file says where a new stamp begins, seldom per line: the lines are cut
+        # into runs there, and a run's lines share its stamp.
+        runs: list[_Run] = []
+        lo, stamp = 0, times.at(start)
+        for r in range(bisect.bisect_right(times.starts, start), len(times.starts)):
+            hi = bisect.bisect_left(begins, times.starts[r], lo)  # the lines that begin before it
+            if hi == len(begins):
+                break
+            if hi > lo:
+                runs.append((stamp, i, ends[lo:hi], texts[lo:hi]))
+            lo, stamp = hi, times.stamps[r]
+        runs.append((stamp, i, ends[lo:], texts[lo:]))
+        return runs, truncated, stamp if truncated else None
 
 
 def _tail(path: Path, lines: int) -> int:
@@ -101,11 +121,11 @@ def _tail(path: Path, lines: int) -> int:
     return tail_offset(path, lines, read_dropped(path).offset)
 
 
-def _encode_cursor(offsets: Sequence[int]) -> str:
+def encode_cursor(offsets: Sequence[int]) -> str:
     return "l1." + ".".join(map(str, offsets))
 
 
-def _decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
+def decode_cursor(cursor: str, names: Sequence[str]) -> list[int]:
     version, _, rest = cursor.partition(".")
     parts = rest.split(".") if rest else []
     if version != "l1" or len(parts) != len(names) or not all(p.isdigit() and len(p) < 16 for p in parts):
