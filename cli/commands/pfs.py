@@ -299,7 +299,7 @@ async def ls(ctx: Context, args: argparse.Namespace) -> int:
         for i, path in enumerate(paths):
             await _ls_table(ctx, client.pfs_ls_pages(path, recursive=args.recursive), many, i == 0)
         return 0
-    streams = {"json": _JsonListing, "yaml": _YamlListing}[ctx.output]
+    streams: type[_JsonListing | _YamlListing] = _JsonListing if ctx.output == "json" else _YamlListing
     if many:
         ctx.stdout.write("[\n" if ctx.output == "json" else "")
     for i, path in enumerate(paths):
