@@ -145,10 +145,12 @@ class Entry(Answer):
 
 @dataclass(frozen=True, eq=False)
 class Listing(Answer):
-    """`pfs_ls`: the path listed and its entries."""
+    """`pfs_ls`: the path listed and its entries; a page of a paged listing also has the
+    cursor of the `next` page (None: the last)."""
 
     path: str | None = None
     entries: list[Entry] = field(default_factory=list)
+    next: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json as jsonlib
 import os
@@ -94,6 +95,10 @@ RECONNECT_STATUSES = frozenset({502, 503, 504})
 # after the server answered 401 ("lazy"), or not at all ("never").
 LoginPolicy = Literal["eager", "lazy", "never"]
 QueryValue = str | int | float | bool | None
+# `ls` pages: a small first page so the first lines come at once, then large ones, since each
+# page of a POSIX directory costs the service a read of every name in it (docs/pfs.md).
+LS_FIRST_PAGE = 1000
+LS_PAGE = 10_000
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -352,6 +357,34 @@ class AsyncClient:
         """A directory's entries (all descendants with `recursive`), or a file's own."""
         params: dict[str, QueryValue] = {"path": await self.pfs_path(path), "recursive": recursive or None}
         return await self._answer(Listing, "GET", "pfs/ls", params=params)
+
+    async def pfs_ls_pages(
+        self, path: str = "", recursive: bool = False, *, first: int = LS_FIRST_PAGE, limit: int = LS_PAGE
+    ) -> AsyncGenerator[Listing, None]:
+        """A listing page by page (docs/pfs.md, "Listing a large directory"): `first` entries,
+        then `limit` at a time, in tree order. The next page is asked for while the caller
+        handles this one, so at most two pages are held. A server that does not page answers
+        the whole listing as one page."""
+        params: dict[str, QueryValue] = {
+            "path": await self.pfs_path(path),
+            "recursive": recursive or None,
+            "limit": first,
+        }
+        fetch = asyncio.ensure_future(self._answer(Listing, "GET", "pfs/ls", params=dict(params)))
+        try:
+            while True:
+                page = await fetch
+                if page.next is None:
+                    yield page
+                    return
+                params.update(limit=limit, after=page.next)
+                fetch = asyncio.ensure_future(self._answer(Listing, "GET", "pfs/ls", params=dict(params)))
+                yield page
+        finally:
+            if not fetch.done():
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await fetch
 
     async def pfs_stat(self, path: str, checksum: bool = False) -> Entry:
         """One entry (path, name, type, size, mtime, mode); with `checksum`, a file's `sha256` too."""
@@ -1221,6 +1254,7 @@ class Client:
     pfs_home = _blocking(AsyncClient.pfs_home)
     pfs_path = _blocking(AsyncClient.pfs_path)
     pfs_ls = _blocking(AsyncClient.pfs_ls)
+    pfs_ls_pages = _blocking_iter(AsyncClient.pfs_ls_pages)
     pfs_stat = _blocking(AsyncClient.pfs_stat)
     pfs_mkdir = _blocking(AsyncClient.pfs_mkdir)
     pfs_rm = _blocking(AsyncClient.pfs_rm)

@@ -64,6 +64,8 @@ def cell(value: Any) -> str:
 
 def text_width(text: str) -> int:
     """Columns a string takes on a terminal: East Asian wide characters take two."""
+    if text.isascii():
+        return len(text)
     return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
 
 
@@ -85,14 +87,24 @@ def render_table(
         for row in rows:
             keys.update(dict.fromkeys(row))
         columns = [(key.upper(), key) for key in keys]
-    grid = [[header for header, _ in columns]]
-    grid.extend([cell(_get(row, getter)) for _, getter in columns] for row in rows)
-    widths = [max(text_width(line[i]) for line in grid) for i in range(len(columns))]
+    return render_rows(rows, columns)[0]
+
+
+def render_rows(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[Column], widths: Sequence[int] | None = None
+) -> tuple[str, list[int]]:
+    """Rows padded to `widths`, and the widths used. Without `widths`, the headers come first
+    and the widths are those of these rows: a table printed a page at a time takes its widths
+    from its first page, and a later cell that is wider pushes only its own row along."""
+    grid = [[cell(_get(row, getter)) for _, getter in columns] for row in rows]
+    if widths is None:
+        grid.insert(0, [header for header, _ in columns])
+        widths = [max(text_width(line[i]) for line in grid) for i in range(len(columns))]
     lines = []
     for line in grid:
         padded = [text + " " * (widths[i] - text_width(text)) for i, text in enumerate(line)]
         lines.append(COLUMN_GAP.join(padded).rstrip())
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if lines else "", list(widths)
 
 
 def render_record(record: Mapping[str, Any], fields: Sequence[Column] | None = None) -> str:

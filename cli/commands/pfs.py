@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import textwrap
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -13,12 +16,13 @@ from ..config import DEFAULT_JOBS, paddle_home
 from ..context import Context, Handler, UsageError
 from ..errors import ApiError, PaddleCloudError
 from ..flags import Deferred, add_flag
-from ..output import Column, render_record, render_table
+from ..output import Column, render_record, render_rows, render_table, render_yaml
 from ..pfspaths import is_remote, relative_to, strip_slash
 from ..progress import Progress, human_size
 from . import CommandTree
 
 if TYPE_CHECKING:
+    from ..answers import Listing
     from ..client import AsyncClient
     from ..transfer import TransferReport
 
@@ -275,31 +279,122 @@ def _shown_path(base: str) -> Any:
     return get
 
 
+def _ls_columns(base: str) -> list[Column]:
+    return [("TYPE", "type"), ("SIZE", _size), ("MODIFIED", _mtime), ("PATH", _shown_path(base))]
+
+
 def ls_table(answer: Mapping[str, Any]) -> str:
     """A listing as TYPE, SIZE, MODIFIED, PATH rows, paths relative to the listed directory."""
     base = strip_slash(str(answer.get("path", "")))
     entries = [e for e in answer.get("entries") or [] if isinstance(e, Mapping)]
-    columns: list[Column] = [
-        ("TYPE", "type"),
-        ("SIZE", _size),
-        ("MODIFIED", _mtime),
-        ("PATH", _shown_path(base)),
-    ]
-    return render_table(entries, columns, empty=f"{base} is empty.")
+    return render_table(entries, _ls_columns(base), empty=f"{base} is empty.")
 
 
 async def ls(ctx: Context, args: argparse.Namespace) -> int:
+    """Each listing printed a page at a time as the pages come (docs/pfs.md): never held whole."""
     client = _client(ctx)
     paths: list[str] = args.paths or [""]
-    answers = [await client.pfs_ls(path, recursive=args.recursive) for path in paths]
-
-    def text() -> str:
-        if len(answers) == 1:
-            return ls_table(answers[0])
-        return "\n".join(f"{a.path}:\n{ls_table(a)}" for a in answers)
-
-    ctx.emit(answers[0] if len(answers) == 1 else answers, text)
+    many = len(paths) > 1
+    if ctx.output == "table":
+        for i, path in enumerate(paths):
+            await _ls_table(ctx, client.pfs_ls_pages(path, recursive=args.recursive), many, i == 0)
+        return 0
+    streams: type[_JsonListing | _YamlListing] = _JsonListing if ctx.output == "json" else _YamlListing
+    if many:
+        ctx.stdout.write("[\n" if ctx.output == "json" else "")
+    for i, path in enumerate(paths):
+        writer = streams(ctx, nested=many, first=i == 0)
+        async with contextlib.aclosing(client.pfs_ls_pages(path, recursive=args.recursive)) as pages:
+            async for page in pages:
+                writer.page(page)
+        writer.close()
+    if many and ctx.output == "json":
+        ctx.out("\n]")
     return 0
+
+
+async def _ls_table(ctx: Context, pages: AsyncGenerator[Listing], heading: bool, first: bool) -> None:
+    """One listing as a table whose column widths are its first page's."""
+    widths: list[int] | None = None
+    columns: list[Column] = []
+    async with contextlib.aclosing(pages) as listing:
+        async for page in listing:
+            entries = [e for e in page.entries if isinstance(e, Mapping)]
+            if widths is None:
+                base = strip_slash(str(page.path or ""))
+                if heading:
+                    ctx.stdout.write(f"{'' if first else chr(10)}{page.path}:\n")
+                if not entries and page.next is None:
+                    ctx.out(f"{base} is empty.")
+                    return
+                columns = _ls_columns(base)
+            text, widths = render_rows(entries, columns, widths)
+            ctx.stdout.write(text)
+            ctx.stdout.flush()
+
+
+class _JsonListing:
+    """One listing as the JSON document `ls -o json` always printed ({"path", "entries"}),
+    written a page at a time."""
+
+    def __init__(self, ctx: Context, *, nested: bool, first: bool) -> None:
+        self.ctx, self.pad, self.first, self.started, self.any = (
+            ctx,
+            "  " if nested else "",
+            first,
+            False,
+            False,
+        )
+
+    def _dump(self, value: Any, indent: int) -> str:
+        return textwrap.indent(json.dumps(value, indent=2, ensure_ascii=False), " " * indent)
+
+    def page(self, page: Listing) -> None:
+        out = []
+        if not self.started:
+            out.append(f"{'' if self.first else ','}{chr(10) if not self.first else ''}")
+            out.append(f'{self.pad}{{\n{self.pad}  "path": {json.dumps(page.path, ensure_ascii=False)},')
+            out.append(f'\n{self.pad}  "entries": [')
+            self.started = True
+        for entry in page.entries:
+            out.append(("\n" if not self.any else ",\n") + self._dump(entry.to_dict(), len(self.pad) + 4))
+            self.any = True
+        self.ctx.stdout.write("".join(out))
+        self.ctx.stdout.flush()
+
+    def close(self) -> None:
+        end = f"\n{self.pad}  ]" if self.any else "]"
+        self.ctx.stdout.write(f"{end}\n{self.pad}}}" + ("" if self.pad else "\n"))
+        self.ctx.stdout.flush()
+
+
+class _YamlListing:
+    """One listing as the YAML `ls -o yaml` always printed, written a page at a time."""
+
+    def __init__(self, ctx: Context, *, nested: bool, first: bool) -> None:
+        self.ctx, self.nested, self.started, self.any = ctx, nested, False, False
+
+    def _write(self, text: str) -> None:
+        if self.nested:  # an item of the list of listings
+            lines = text.splitlines(keepends=True)
+            text = "".join(
+                ("- " if not self.started and i == 0 else "  ") + line for i, line in enumerate(lines)
+            )
+        self.ctx.stdout.write(text)
+        self.ctx.stdout.flush()
+
+    def page(self, page: Listing) -> None:
+        text = "" if self.started else render_yaml({"path": page.path})
+        if page.entries:
+            text += ("" if self.any else "entries:\n") + render_yaml([e.to_dict() for e in page.entries])
+            self.any = True
+        if text:
+            self._write(text)
+        self.started = True
+
+    def close(self) -> None:
+        if not self.any:
+            self._write("entries: []\n")
 
 
 async def rm(ctx: Context, args: argparse.Namespace) -> int:

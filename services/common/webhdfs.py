@@ -23,6 +23,7 @@ file system gives for the same refusal (`errno_for`), its message kept.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import errno
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -236,19 +237,28 @@ class WebHdfs:
         out: list[FileStatus] = []
         start = ""
         while True:
-            # Lower case: Hadoop 3.5's WebHDFS ignores `startAfter` as its docs spell it, and
-            # older NameNodes take parameter names in any case.
-            extra = {"startafter": start} if start else {}
-            data = await self._json("GET", path, "LISTSTATUS_BATCH", doas=doas, **extra)
-            listing = data["DirectoryListing"]
-            batch = [FileStatus.from_json(d) for d in listing["partialListing"]["FileStatuses"]["FileStatus"]]
+            batch, more = await self.list_batch(path, start, doas=doas)
             out.extend(batch)
-            if not listing.get("remainingEntries") or not batch:
+            if not more:
                 return out
-            if start and batch[0].name.encode() <= start.encode():
-                # A NameNode that ignored the page's start would be listed for ever.
-                raise OSError(errno.EIO, "LISTSTATUS_BATCH did not move past the page's start", path.text)
             start = batch[-1].name
+
+    async def list_batch(
+        self, path: HdfsPath, start_after: str, *, doas: str | None = None
+    ) -> tuple[builtins.list[FileStatus], bool]:
+        """One LISTSTATUS_BATCH page of a directory: the entries whose names sort after
+        `start_after` (byte order; "" from the start), as many as the NameNode's
+        `dfs.ls.limit`, and whether more remain."""
+        # Lower case: Hadoop 3.5's WebHDFS ignores `startAfter` as its docs spell it, and
+        # older NameNodes take parameter names in any case.
+        extra = {"startafter": start_after} if start_after else {}
+        data = await self._json("GET", path, "LISTSTATUS_BATCH", doas=doas, **extra)
+        listing = data["DirectoryListing"]
+        batch = [FileStatus.from_json(d) for d in listing["partialListing"]["FileStatuses"]["FileStatus"]]
+        if start_after and batch and batch[0].name.encode() <= start_after.encode():
+            # A NameNode that ignored the page's start would be listed for ever.
+            raise OSError(errno.EIO, "LISTSTATUS_BATCH did not move past the page's start", path.text)
+        return batch, bool(listing.get("remainingEntries")) and bool(batch)
 
     async def content_summary(self, path: HdfsPath, *, doas: str | None = None) -> ContentSummary:
         d = (await self._json("GET", path, "GETCONTENTSUMMARY", doas=doas))["ContentSummary"]

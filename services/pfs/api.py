@@ -24,6 +24,7 @@ from paddlecloud.common.web import REQUEST_ID_HEADER, json_response, parse_body
 
 from .errors import RANGE_NOT_SATISFIABLE
 from .keys import FILES, UPLOADS
+from .listing import MAX_LIMIT, BadCursor, read_cursor
 
 log = structlog.get_logger()
 
@@ -286,10 +287,37 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
 
 async def list_path(request: web.Request) -> web.Response:
     """GET ls: a directory's entries (every descendant with recursive=1), or a file itself."""
-    query = _query(request, ("path",), ("recursive",))
+    query = _query(request, ("path",), ("recursive", "limit", "after"))
     recursive = _flag(query, "recursive")
+    limit = _limit(query)
     path = _resolve(request, query["path"], write=False)
-    return await _listing(request, path, recursive)
+    if limit is None:
+        return await _listing(request, path, recursive)
+    resume: tuple[str, ...] = ()
+    if "after" in query:
+        try:
+            resume = read_cursor(query["after"], path, recursive)
+        except BadCursor as exc:
+            problems = [{"field": "after", "message": str(exc)}]
+            raise errors.BAD_REQUEST(f"after: {exc}", errors=problems) from None
+    entries, cursor = await request.app[FILES].page(
+        request[IDENTITY], path, recursive=recursive, resume=resume, limit=limit
+    )
+    return json_response({"path": path.text, "entries": entries, "next": cursor})
+
+
+def _limit(query: dict[str, str]) -> int | None:
+    """`limit`, the entries a page holds (1 to listing.MAX_LIMIT); None: the whole listing at once."""
+    if "limit" not in query:
+        if "after" in query:
+            message = "a cursor continues a paged listing: give limit too"
+            raise errors.BAD_REQUEST(f"after: {message}", errors=[{"field": "after", "message": message}])
+        return None
+    value = query["limit"]
+    if not (len(value) <= 6 and value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_LIMIT):
+        message = f"must be a whole number from 1 to {MAX_LIMIT}, not {value[:40]!r}"
+        raise errors.BAD_REQUEST(f"limit: {message}", errors=[{"field": "limit", "message": message}])
+    return int(value)
 
 
 async def stat_path(request: web.Request) -> web.Response:

@@ -37,6 +37,7 @@ from paddlecloud.common.volume import (
     check_name,
 )
 
+from . import listing
 from .errors import BadRequest, Conflict, TreeTooDeep, refusal_for
 
 log = structlog.get_logger()
@@ -147,6 +148,26 @@ class Files:
                 raise
             return []
         return [entry_of(e.path, e.name, e.stat) for e in found]
+
+    async def page(
+        self, identity: Identity, path: PfsPath, *, recursive: bool, resume: tuple[str, ...], limit: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of `listing` (docs/pfs.md): at most `limit` entries in tree order after the
+        entry `resume` names (from the previous page's cursor: listing.read_cursor), and the
+        next page's cursor (None: this was the last)."""
+        try:
+            with fs_errors(path):
+                top = await self.volume.stat(path)
+                if top.kind != "dir":
+                    return ([] if resume else [entry_of(path.text, path.name, top)]), None
+                found = await listing.page(
+                    self.volume.children, path, recursive=recursive, after=resume, limit=limit
+                )
+        except PathNotFound:
+            if not _is_own_home(path, identity):
+                raise
+            return [], None
+        return [entry_of(e.path, e.name, e.stat) for e in found.entries], found.next
 
     async def open_file(self, identity: Identity, path: PfsPath) -> Download | None:
         """The regular file at `path` opened for reading (the caller closes it); None for a

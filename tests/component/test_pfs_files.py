@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import errno
 import hashlib
 import json
@@ -23,10 +24,12 @@ from aiohttp.test_utils import TestClient
 from paddlecloud.common.keys import STORE
 from paddlecloud.common.store import Token, User
 from paddlecloud.common.store.models import Quota, utcnow
+from paddlecloud.common.volume import PfsPath
 from paddlecloud.gateway.accounts import hash_token
 from paddlecloud.gateway.app import create_app as create_gateway
 from paddlecloud.pfs.api import STORAGE_ADVISORY
 from paddlecloud.pfs.app import create_app as create_pfs
+from paddlecloud.pfs.listing import make_cursor
 from support import make_config
 
 PROBLEM = "application/problem+json"
@@ -858,3 +861,112 @@ async def test_bidirectional_controls_are_refused_in_every_name(pfs: Pfs, contro
     await problem(await mv(pfs, "alice/a.txt", f"alice/{name}"), 400, "ERR_BAD_PATH")
     await problem(await pfs.get("stat", path=f"{HOME}/alice/{name}"), 400, "ERR_BAD_PATH")
     assert [p.name for p in pfs.home("alice").iterdir()] == ["a.txt"]
+
+
+# Paged listings -------------------------------------------------------------------
+
+# Names chosen so that path-string order and tree order differ ("a-b" sorts between "a" and
+# "a/x" as strings) and several pages cross directory boundaries.
+PAGED_DIRS = ("a/x/deep", "a-b", "b/c/d", "b/c/e", *(f"n{i:02d}" for i in range(12)))
+
+
+async def _pages(pfs: Pfs, path: str, limit: int, recursive: bool, who: str = "alice") -> list[list[str]]:
+    """Every page of a paged listing, followed by its cursors to the end."""
+    pages: list[list[str]] = []
+    params = {"path": path, "limit": str(limit), "recursive": "1" if recursive else "0"}
+    while True:
+        body = await pfs.ok_json("ls", who, **params)
+        assert set(body) == {"path", "entries", "next"} and body["path"] == path
+        assert len(body["entries"]) <= limit
+        pages.append([e["path"] for e in body["entries"]])
+        if body["next"] is None:
+            return pages
+        assert len(body["entries"]) == limit  # a page short of its limit is the last
+        params["after"] = body["next"]
+
+
+async def test_paging_returns_every_entry_once_in_tree_order(pfs: Pfs) -> None:
+    top = f"{HOME}/alice/paged"
+    for rel in PAGED_DIRS:
+        resp = await pfs.call("POST", "mkdir", json={"path": f"{top}/{rel}", "parents": True})
+        assert resp.status == 201, await resp.text()
+    for recursive in (False, True):
+        whole = await pfs.ok_json("ls", path=top, recursive="1" if recursive else "0")
+        expected = [e["path"] for e in whole["entries"]]
+        assert expected == sorted(expected, key=lambda p: p.split("/"))
+        if recursive:
+            assert expected[:4] == [f"{top}/a", f"{top}/a/x", f"{top}/a/x/deep", f"{top}/a-b"]
+        for limit in (1, 2, 3, 7, len(expected), 10_000):
+            pages = await _pages(pfs, top, limit, recursive)
+            assert [p for page in pages for p in page] == expected, (recursive, limit)
+    assert await pfs.ok_json("ls", path=f"{top}/a-b", limit="5") == {
+        "path": f"{top}/a-b",
+        "entries": [],
+        "next": None,
+    }
+    own = await pfs.ok_json("ls", path=f"{HOME}/bob", who="bob", limit="5")
+    assert own == {"path": f"{HOME}/bob", "entries": [], "next": None}
+
+
+async def test_a_directory_changing_between_pages_breaks_nothing(pfs: Pfs) -> None:
+    top = pfs.home("alice") / "moving"
+    for name in ("a", "c", "e", "g"):
+        write(top / name)
+    first = await pfs.ok_json("ls", path=f"{HOME}/alice/moving", limit="2")
+    assert [e["name"] for e in first["entries"]] == ["a", "c"]
+    (top / "c").unlink()  # the entry the cursor names is gone
+    write(top / "b")  # sorts before the cursor: not seen on this pass
+    write(top / "d")  # sorts after it: seen
+    rest = await pfs.ok_json("ls", path=f"{HOME}/alice/moving", limit="10", after=first["next"])
+    assert [e["name"] for e in rest["entries"]] == ["d", "e", "g"] and rest["next"] is None
+
+
+async def test_a_cursor_never_leaves_its_listing(pfs: Pfs, tree: Path) -> None:
+    # A file's paged listing is the file itself, like its unpaged one.
+    body = await pfs.ok_json("ls", path=f"{HOME}/alice/data/a.txt", limit="1")
+    assert body["entries"] == [entry("data/a.txt", "file", 5, "0640")] and body["next"] is None
+    first = await pfs.ok_json("ls", path=f"{HOME}/alice/data", limit="1", recursive="1")
+    cursor = first["next"]
+    # Another directory, another user's home, or another kind of listing: refused, not served.
+    for who, path, recursive in (
+        ("alice", f"{HOME}/alice", "1"),
+        ("bob", f"{HOME}/bob", "1"),
+        ("alice", f"{HOME}/alice/data", "0"),
+    ):
+        params = {"path": path, "limit": "5", "recursive": recursive, "after": cursor}
+        body = await problem(await pfs.get("ls", who, **params), 400, "ERR_BAD_REQUEST")
+        assert body["errors"][0]["field"] == "after" and "another listing" in body["detail"]
+    # A hand-made cursor that climbs out with `..` or names a path: refused.
+    path = PfsPath.parse(f"{HOME}/alice/data", "dc1")
+    for last in (["..", "bob"], ["sub/../../bob"], ["."], [""], []):
+        # The digest a forger would copy from a real cursor, with names of their own.
+        digest = json.loads(base64.urlsafe_b64decode(make_cursor(path, True, ("x",)) + "=="))[0]
+        forged = base64.urlsafe_b64encode(json.dumps([digest, last]).encode()).decode()
+        params = {"path": f"{HOME}/alice/data", "limit": "5", "recursive": "1", "after": forged}
+        body = await problem(await pfs.get("ls", **params), 400, "ERR_BAD_REQUEST")
+        assert body["errors"][0]["field"] == "after", last
+    # Bob's home stays closed to alice, cursor or not.
+    await problem(await pfs.get("ls", path=f"{HOME}/bob", limit="5", after=cursor), 403)
+
+
+BAD_PAGES = [
+    ("limit=0", "limit"),
+    ("limit=10001", "limit"),
+    ("limit=-1", "limit"),
+    ("limit=ten", "limit"),
+    ("limit=" + "9" * 5000, "limit"),
+    ("limit=", "limit"),
+    ("after=abc", "after"),
+    ("limit=5&after=%%%", "after"),
+    ("limit=5&after=bm90IGpzb24", "after"),
+    ("limit=5&after=" + "A" * 7000, "after"),
+    ("limit=5&limit=6", "limit"),
+]
+
+
+async def test_bad_limits_and_cursors_are_400_naming_them(pfs: Pfs) -> None:
+    for query, field in BAD_PAGES:
+        body = await problem(
+            await pfs.call("GET", f"ls?path=/pfs/dc1/home/alice&{query}"), 400, "ERR_BAD_REQUEST"
+        )
+        assert [e["field"] for e in body["errors"]] == [field], query

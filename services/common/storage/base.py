@@ -56,6 +56,22 @@ class Entry:
     stat: Stat
 
 
+@dataclass(frozen=True)
+class Children:
+    """One page of a directory's entries, by name, and the name to resume after (None: the
+    directory holds no more). An entry removed while read is left out of `entries` yet still
+    counts towards the page, so `resume` can name an entry that is not there."""
+
+    entries: list[Entry]
+    resume: str | None
+
+
+def tree_order(entry: Entry) -> list[str]:
+    """A listing's order: by path components, so that a directory is followed by everything
+    beneath it before its next sibling ("a", "a/x", "a-b"), as a paged listing serves it."""
+    return entry.path.split("/")
+
+
 class Download(abc.ABC):
     """A regular file opened for reading: what it was when opened, and its bytes."""
 
@@ -201,8 +217,15 @@ class ReadVolume(abc.ABC):
     @abc.abstractmethod
     async def list(self, path: PfsPath, *, recursive: bool, max_path_bytes: int) -> list[Entry]:
         """A directory's entries (every descendant with `recursive`, never entering a
-        symlink), or a file's or symlink's own; sorted by path. A tree holding a path
+        symlink), or a file's or symlink's own; in `tree_order`. A tree holding a path
         longer than `max_path_bytes` raises `TreeTooDeep`."""
+
+    @abc.abstractmethod
+    async def children(self, path: PfsPath, after: str | None, limit: int) -> Children | Entry:
+        """At most `limit` entries of the directory at `path` whose names sort after `after`
+        (Python's order of str: code points, so UTF-8 byte order), by name; or, where `path` is
+        no directory, the entry of what is there (a symlink's own, never followed). Memory
+        bounded by `limit` whatever the directory holds."""
 
     async def read(self, path: PfsPath, limit: int) -> bytes:
         """At most `limit` bytes from the start of the file at `path`."""

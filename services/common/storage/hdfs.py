@@ -51,7 +51,19 @@ from typing import TYPE_CHECKING
 from ..diskuse import DiskUse
 from ..volume import PfsPath
 from ..webhdfs import QUOTA_DONT_SET, QUOTA_RESET, FileStatus, HdfsPath, WebHdfs, check_part
-from .base import AbstractVolume, Changed, Download, Entry, Kind, Quotas, Staging, Stat, TreeTooDeep
+from .base import (
+    AbstractVolume,
+    Changed,
+    Children,
+    Download,
+    Entry,
+    Kind,
+    Quotas,
+    Staging,
+    Stat,
+    TreeTooDeep,
+    tree_order,
+)
 
 if TYPE_CHECKING:
     from ..config import HdfsStorage
@@ -450,8 +462,26 @@ class HdfsVolume(AbstractVolume):
                 out.append(Entry(child.text, status.name, _stat(status)))
                 if recursive and status.type == "DIRECTORY":
                     pending.append((child, depth + 1))
-        out.sort(key=lambda e: e.path)
+        out.sort(key=tree_order)
         return out
+
+    async def children(self, path: PfsPath, after: str | None, limit: int) -> Children | Entry:
+        # WebHDFS pages a directory itself (LISTSTATUS_BATCH, startAfter, in byte order): the
+        # NameNode's batches are read until `limit` entries are in hand, never the whole directory.
+        target, doas = self.hdfs_path(path), self.doas_for(path)
+        top = await self.client.status(target, doas=doas)
+        if top.type != "DIRECTORY":
+            return Entry(path.text, path.name, _stat(top))
+        out: list[Entry] = []
+        start, more = after or "", True
+        while more and len(out) < limit:
+            batch, more = await self.client.list_batch(target, start, doas=doas)
+            out.extend(Entry(f"{path.text}/{s.name}", s.name, _stat(s)) for s in batch)
+            if batch:
+                start = batch[-1].name
+        if len(out) > limit:
+            out, more = out[:limit], True
+        return Children(out, out[-1].name if more and out else None)
 
     async def sha256(self, path: PfsPath, *, compute: bool) -> tuple[Stat, str | None] | None:
         target, doas = self.hdfs_path(path), self.doas_for(path)

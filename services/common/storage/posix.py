@@ -19,10 +19,11 @@ import builtins
 import contextlib
 import errno
 import hashlib
+import heapq
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 from .. import trees
@@ -30,7 +31,18 @@ from ..diskuse import DiskUse, walk_allocated
 from ..errors import DomainError
 from ..volume import PfsPath, Volume, kind
 from . import cephfs
-from .base import AbstractVolume, Changed, Download, Entry, Kind, Staging, Stat, TreeTooDeep
+from .base import (
+    AbstractVolume,
+    Changed,
+    Children,
+    Download,
+    Entry,
+    Kind,
+    Staging,
+    Stat,
+    TreeTooDeep,
+    tree_order,
+)
 from .fsops import remember_sha256, remembered_sha256, rename_noreplace
 
 HASH_CHUNK = 1024 * 1024
@@ -98,11 +110,35 @@ class PosixDownload(Download):
 # Listing --------------------------------------------------------------------------
 
 
+def _name(item: os.DirEntry[str]) -> str:
+    return item.name
+
+
 def _read_dir(fd: int, text: str) -> list[Entry]:
     """The entries of the directory open at `fd`."""
+    return _read_page(fd, text, None, None)[0]
+
+
+def _read_page(fd: int, text: str, after: str | None, limit: int | None) -> tuple[list[Entry], str | None]:
+    """The entries of the directory open at `fd`; with `limit`, the first `limit` by name
+    whose names sort after `after`, in that order, and the name to resume after (None: no
+    more). An entry removed while read is left out, yet still counts to the page.
+
+    A directory has no order of its own that survives changes (readdir's is the filesystem's
+    hash order, and a cookie into it is not portable), so each page reads every name and keeps
+    only the `limit` smallest past `after` in a heap: memory bounded by `limit`, time linear
+    in the directory. Only the entries kept are stat'ed.
+    """
     found = []
+    resume = None
     with os.scandir(fd) as it:
-        for item in it:
+        chosen: Iterable[os.DirEntry[str]] = it
+        if limit is not None:
+            past = it if after is None else (item for item in it if item.name > after)
+            page = heapq.nsmallest(limit, past, key=_name)
+            resume = page[-1].name if len(page) == limit else None
+            chosen = page
+        for item in chosen:
             try:
                 st = item.stat(follow_symlinks=False)
                 target = os.readlink(item.name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
@@ -110,7 +146,7 @@ def _read_dir(fd: int, text: str) -> list[Entry]:
                 continue  # removed while we read
             # Names come from the disk (a job may have made any name): shown, not re-validated.
             found.append(Entry(f"{text}/{item.name}", item.name, stat_of(st, target)))
-    return found
+    return found, resume
 
 
 def _walk(fd: int, text: str, recursive: bool, max_path_bytes: int) -> list[Entry]:
@@ -139,7 +175,7 @@ def _walk(fd: int, text: str, recursive: bool, max_path_bytes: int) -> list[Entr
                     out.append(Entry(f"{text}/{item.relative()}", item.name, stat_of(item.st, target)))
     finally:
         os.close(fd)
-    out.sort(key=lambda e: e.path)
+    out.sort(key=tree_order)
     return out
 
 
@@ -256,17 +292,34 @@ class PosixVolume(AbstractVolume):
         return await asyncio.to_thread(self._list, path, recursive, max_path_bytes)
 
     def _list(self, path: PfsPath, recursive: bool, max_path_bytes: int) -> builtins.list[Entry]:
+        opened = self._open_dir(path)
+        if isinstance(opened, Entry):
+            return [opened]
+        return _walk(opened, path.text, recursive, max_path_bytes)
+
+    def _open_dir(self, path: PfsPath) -> int | Entry:
+        """The directory at `path` opened (never through a symlink), or the entry of what is
+        there instead: a file's listing is that file, a symlink's the link, never its target."""
         if path.is_area_root:
-            fd = self.root.open(path, os.O_RDONLY | os.O_DIRECTORY)
-            return _walk(fd, path.text, recursive, max_path_bytes)
+            return self.root.open(path, os.O_RDONLY | os.O_DIRECTORY)
         with self.root.parent_fd(path) as (parent, name):
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             if not stat.S_ISDIR(st.st_mode):
-                # A file's listing is that file; a symlink's is the link itself, never its target.
                 target = os.readlink(name, dir_fd=parent) if stat.S_ISLNK(st.st_mode) else None
-                return [Entry(path.text, path.name, stat_of(st, target))]
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-        return _walk(fd, path.text, recursive, max_path_bytes)
+                return Entry(path.text, path.name, stat_of(st, target))
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+
+    async def children(self, path: PfsPath, after: str | None, limit: int) -> Children | Entry:
+        return await asyncio.to_thread(self._children, path, after, limit)
+
+    def _children(self, path: PfsPath, after: str | None, limit: int) -> Children | Entry:
+        opened = self._open_dir(path)
+        if isinstance(opened, Entry):
+            return opened
+        try:
+            return Children(*_read_page(opened, path.text, after, limit))
+        finally:
+            os.close(opened)
 
     async def sha256(self, path: PfsPath, *, compute: bool) -> tuple[Stat, str | None] | None:
         if not compute:
