@@ -10,7 +10,7 @@ HELM   := $(BIN)/helm
 QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install install-dev system-deps demo test lint unit bench screenshots clean ceph-up ceph-down images chart-rbac \
-	kube-control-plane kube-up ferretdb crane hdfs viewers
+	kube-control-plane kube-up ferretdb crane hdfs viewers bench-peers
 
 # The platform and what the demo needs; the test and lint tools (torch among them, for
 # the DDP example's test) come with install-dev, so `make demo` stays quick on a fresh machine.
@@ -143,6 +143,14 @@ screenshots: install-dev system-deps
 bench: install-dev ferretdb hdfs
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python -m bench
+
+# PaddleCloud against its peers (docs/performance.md, "Peers"): Ray Jobs 2.60 and tusd v2.9.1,
+# installed by scripts/peers.sh outside the repository (~/.cache/paddlecloud/peer-*, a venv of
+# Ray's own and tusd built from its Go module), run beside `paddlecloud server` in the same
+# rounds. A target of its own: installing Ray (~1 GB) would make the plain bench slow.
+bench-peers: install-dev
+	scripts/peers.sh >/dev/null
+	$(BIN)/python -m bench peers
 
 # A single-node Ceph cluster with CephFS mounted by ceph-fuse at $(CEPH_DIR)/mnt, for trying
 # pfs on it by hand (pfs.root: $(CEPH_DIR)/mnt/pfs); the tests start their own.

@@ -365,16 +365,19 @@ def print_start(samples: list[StartSample], direct: list[tuple[float, float]], p
 # --- submit throughput --------------------------------------------------------------------------
 
 
-async def submit_throughput(apis: list[Api], packages: list[str]) -> tuple[list[float], float, float]:
+async def submit_throughput(
+    apis: list[Api], packages: list[str], prefix: str = "tp"
+) -> tuple[list[float], float, float]:
     """Every client submits JOBS_PER_CLIENT `python up.py 0` jobs one after another, all at once.
 
-    The POST latencies, seconds until the last 201, and until every job had ended."""
+    The POST latencies, seconds until the last 201, and until every job had ended. The jobs
+    are named `<prefix>-<client>-<i>`: a new prefix for each run on the same platform."""
 
     async def client(api: Api, c: int) -> list[float]:
         latencies = []
         for i in range(JOBS_PER_CLIENT):
             t = time.perf_counter()
-            spec = job_spec(f"tp-{c}-{i}", packages[c], "python up.py 0")
+            spec = job_spec(f"{prefix}-{c}-{i}", packages[c], "python up.py 0")
             await api.call("POST", "/api/v1/jobs", spec, status=201)
             latencies.append(time.perf_counter() - t)
         return latencies
@@ -390,7 +393,7 @@ async def submit_throughput(apis: list[Api], packages: list[str]) -> tuple[list[
             await asyncio.sleep(0.2)
     finished = time.perf_counter() - start
     every = await asyncio.gather(*(api.call("GET", "/api/v1/jobs?all=1&state=SUCCEEDED") for api in apis))
-    succeeded = sum(1 for e in every for job in e["jobs"] if job["name"].startswith("tp-"))
+    succeeded = sum(1 for e in every for job in e["jobs"] if job["name"].startswith(f"{prefix}-"))
     if succeeded != len(apis) * JOBS_PER_CLIENT:
         raise RuntimeError(f"only {succeeded} of {len(apis) * JOBS_PER_CLIENT} throughput jobs succeeded")
     return [x for c in per_client for x in c], submitted, finished
