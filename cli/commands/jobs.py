@@ -237,7 +237,11 @@ class _Steps(SubmitSteps):
         self.say(f"Package already on PFS: {path}")
 
     def would_upload(self, pkg: Package, path: str) -> None:
-        self.say(f"Would upload package ({human_size(pkg.size)}) as {path}")
+        # A directory's archive is built only to be uploaded: its files' total says the size.
+        size = (
+            human_size(pkg.size) if pkg.archive is not None else f"{human_size(pkg.bytes)} before compression"
+        )
+        self.say(f"Would upload package ({size}) as {path}")
 
     def uploading(self, pkg: Package, path: str) -> Progress:
         self.say(f"Uploading package ({human_size(pkg.size)}) as {path}")
