@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # hdfs last: where the minicluster is not built it says so and exits 1.
-BENCHMARKS = ("gateway", "pfs", "jobs", "metrics", "builder", "cli", "kubelogs", "hdfs")
+BENCHMARKS = ("gateway", "pfs", "jobs", "package", "metrics", "builder", "cli", "kubelogs", "hdfs")
 
 
 def main() -> int:

@@ -714,7 +714,7 @@ class AsyncClient:
     # --- job packages ----------------------------------------------------------------------
 
     async def package_path(self, filename: str) -> str:
-        """Where a package archive called `filename` (`<sha256>.tar.gz`) lives on PFS."""
+        """Where a package archive called `filename` (`<identity>.tar.gz`) lives on PFS."""
         return pfspaths.join(await self.pfs_home(), f"{PACKAGE_DIR}/{filename}")
 
     async def package_on_pfs(self, pkg: Package) -> str | None:
@@ -752,7 +752,8 @@ class AsyncClient:
     ) -> str:
         """The PFS path of a job package, uploading it first (with `upload`) if PFS lacks it.
 
-        `package` is a local directory (packed reproducibly, see `paddlecloud.package`), a
+        `package` is a local directory (named by its manifest, packed reproducibly only if
+        PFS lacks it: see `paddlecloud.package`), a
         local `.tar.gz`/`.zip`, or already a PFS path (`/pfs/...`, `pfs:x`), returned resolved.
         With `check`, a job spec, the server judges it (a dry run) before anything is uploaded.
         `steps` hears what happens, and gives the upload its progress.
