@@ -167,7 +167,7 @@ def report(times: dict[str, list[float]]) -> None:
         f"  new/old first {med['new first'] / med['old first']:.2f}x; "
         f"new/old resubmit {med['new resubmit'] / med['old resubmit']:.2f}x"
     )
-    print(f"  resubmit over the floor (submit by PFS path): +{med['new resubmit'] - med['floor']:.3f} s")
+    print(f"  resubmit over the floor (submit by PFS path): {med['new resubmit'] - med['floor']:+.3f} s")
     aim(
         "first submit no slower than the old path's (median, same run)",
         f"{med['new first']:.3f} s vs {med['old first']:.3f} s",
