@@ -8,7 +8,7 @@ import sys
 
 # hdfs last: where the minicluster is not built it says so and exits 1. `peers` runs only when
 # named (`make bench-peers`): the peers are installed apart (scripts/peers.sh).
-BENCHMARKS = ("gateway", "pfs", "listing", "jobs", "metrics", "builder", "cli", "kubelogs", "hdfs")
+BENCHMARKS = ("gateway", "pfs", "listing", "jobs", "package", "metrics", "builder", "cli", "kubelogs", "hdfs")
 ON_REQUEST = ("peers",)
 
 

@@ -48,7 +48,7 @@ from .errors import (
     UnexpectedAnswer,
     summarize_body,
 )
-from .package import PACKAGE_DIR, Package, prepare
+from .package import PACKAGE_DIR, Package, build, prepare
 from .paddlejob import JobWaitTimeout, LogStreamLost
 from .progress import Progress
 from .steps import SubmitSteps
@@ -747,11 +747,11 @@ class AsyncClient:
     # --- job packages ----------------------------------------------------------------------
 
     async def package_path(self, filename: str) -> str:
-        """Where a package archive called `filename` (`<sha256>.tar.gz`) lives on PFS."""
+        """Where a package archive called `filename` (`<identity>.tar.gz`) lives on PFS."""
         return pfspaths.join(await self.pfs_home(), f"{PACKAGE_DIR}/{filename}")
 
     async def package_on_pfs(self, pkg: Package) -> str | None:
-        """The PFS path of `pkg` if PFS already holds it (same name, same size), else None."""
+        """The PFS path of `pkg` if PFS already holds it, else None: one stat."""
         remote = await self.package_path(pkg.filename)
         try:
             entry = await self.pfs_stat(remote)
@@ -759,12 +759,18 @@ class AsyncClient:
             if exc.status == 404:
                 return None
             raise
-        # The name is the content's sha256 and PFS places a file only once it is complete
-        # and verified, so the size is all there is left to check.
-        return remote if entry.type == "file" and entry.size == pkg.size else None
+        # The name says the contents: pfs places a file under it only once it is complete and
+        # it has recomputed that name from the bytes (the manifest of a directory's package,
+        # the sha256 of a ready-made archive). A built archive's size is checked too.
+        if entry.type != "file":
+            return None
+        return remote if pkg.archive is None or entry.size == pkg.size else None
 
     async def upload_package(self, pkg: Package, *, progress: Progress | None = None) -> str:
-        """Upload `pkg` to its place on PFS (replacing a damaged copy); returns its PFS path."""
+        """Upload `pkg`'s archive (built, or given) to its place on PFS, replacing a damaged
+        copy; returns its PFS path."""
+        if pkg.archive is None:
+            raise ValueError("the package's archive is not built yet (paddlecloud.package.build)")
         remote = await self.package_path(pkg.filename)
         await self.upload(pkg.archive, remote, jobs=1, overwrite=True, progress=progress)
         return remote
@@ -779,7 +785,8 @@ class AsyncClient:
     ) -> str:
         """The PFS path of a job package, uploading it first (with `upload`) if PFS lacks it.
 
-        `package` is a local directory (packed reproducibly, see `paddlecloud.package`), a
+        `package` is a local directory (named by its manifest, packed reproducibly only if
+        PFS lacks it: see `paddlecloud.package`), a
         local `.tar.gz`/`.zip`, or already a PFS path (`/pfs/...`, `pfs:x`), returned resolved.
         With `check`, a job spec, the server judges it (a dry run) before anything is uploaded.
         `steps` hears what happens, and gives the upload its progress.
@@ -790,20 +797,22 @@ class AsyncClient:
             remote = await self.pfs_path(text)
             steps.remote(remote)
             return remote
+        pkg = await asyncio.to_thread(prepare, Path(text))
+        steps.packed(pkg, text)
+        existing = await self.package_on_pfs(pkg)
+        if existing:
+            steps.found(existing)
+            return existing
+        remote = await self.package_path(pkg.filename)
+        if not upload:
+            steps.would_upload(pkg, remote)
+            return remote
+        if check is not None:
+            await self.submit({**check, "package": remote}, dry_run=True)
+        # Only now, PFS lacking it, is the archive built: from the entries just hashed.
         workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="paddlecloud-package-")
         try:
-            pkg = await asyncio.to_thread(prepare, Path(text), Path(workdir))
-            steps.packed(pkg, text)
-            existing = await self.package_on_pfs(pkg)
-            if existing:
-                steps.found(existing)
-                return existing
-            remote = await self.package_path(pkg.filename)
-            if not upload:
-                steps.would_upload(pkg, remote)
-                return remote
-            if check is not None:
-                await self.submit({**check, "package": remote}, dry_run=True)
+            pkg = await asyncio.to_thread(build, pkg, Path(workdir))
             return await self.upload_package(pkg, progress=steps.uploading(pkg, remote))
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)

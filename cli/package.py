@@ -1,9 +1,13 @@
-"""Job packages: a local directory packed into a reproducible `.tar.gz` that is named by its sha256.
+"""Job packages: a local directory named by the sha256 of its manifest, packed into a
+reproducible `.tar.gz` only when PFS does not hold it yet.
 
-`submit` packs the package directory, names the archive `<sha256>.tar.gz` and uploads it to
-`<home>/.paddlecloud/packages/` only when PFS does not hold that name yet, so an unchanged
-package is never uploaded twice. That works only if the same content always gives the same
-bytes, hence the archive is reproducible:
+`submit` lists the package directory, hashes each file (or takes its sha256 from the stat
+cache, `StatCache`, when the file is provably unchanged), names the package by the sha256 of
+its manifest (`paddlecloud.common.manifest`; the format is in docs/jobs.md) and asks PFS for
+`<home>/.paddlecloud/packages/<identity>.tar.gz`. Only when PFS lacks it is the archive built,
+from the same entries, and uploaded; pfs recomputes the identity from the archive's members
+before it places the file, so no archive sits under a name its contents do not have. The
+archive is reproducible (the same files give the same bytes, though only the manifest names it):
 
 - entries in sorted order of their `/`-separated relative path (a directory before what it
   holds); directories are kept, empty ones too;
@@ -11,8 +15,8 @@ bytes, hence the archive is reproducible:
   directories and for files with any execute bit, 0644 for other files (umasks differ);
 - gzip header without a file name and with mtime 0, at a fixed compression level.
 
-The sha256 is of the compressed bytes (what PFS stores and verifies), so a different zlib
-could give other bytes for the same files; that costs one upload, not a wrong package.
+A file whose bytes differ from what was hashed when the archive is built is an error (it
+changed under us), never a package with the wrong name.
 
 What goes in: everything beneath the directory except what `.paddlecloudignore` (at the
 package's top; gitignore syntax: `#` comments, `*`, `?`, `[...]`, `**`, a trailing `/` for
@@ -24,21 +28,30 @@ Symlinks are never followed out of the package: a link whose target lies inside 
 is stored as a link (with a relative target, so it still works where the package is
 unpacked); a link leading outside it, or to nothing, is left out with a note. Sockets, FIFOs
 and devices are left out with a note.
+
+A ready-made `.tar.gz`/`.zip` (`submit --package x.tar.gz`) is still named by the sha256 of
+its bytes, as every package was before manifests; pfs accepts either name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import json
 import os
 import stat
 import tarfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import pathspec
+
+from paddlecloud.common.manifest import DIR_MODE, EXEC_MODE, FILE_MODE, LINK_MODE, Member, identity
 
 from .errors import PaddleCloudError
 
@@ -105,15 +118,34 @@ class IgnoreRules:
 # --- collecting ----------------------------------------------------------------------------------
 
 
+# (size, mtime_ns, ctime_ns, inode, device): what says a file is unchanged without reading it.
+StatKey = tuple[int, int, int, int, int]
+
+
 @dataclass(frozen=True)
 class Entry:
-    """One archive member: its relative path, kind, size (files), mode bits and link target."""
+    """One archive member: its relative path, kind, size (files), mode bits and link target;
+    a file's stat key (what the stat cache compares) and, once hashed, its content sha256."""
 
     relative: str
     kind: Kind
     size: int = 0
     executable: bool = False
     target: str = ""
+    key: StatKey | None = None
+    sha256: str = ""
+
+    @property
+    def mode(self) -> int:
+        """The mode the archive stores (and the manifest names)."""
+        if self.kind == "dir":
+            return DIR_MODE
+        if self.kind == "symlink":
+            return LINK_MODE
+        return EXEC_MODE if self.executable else FILE_MODE
+
+    def member(self) -> Member:
+        return Member(self.relative, self.kind, self.mode, self.size, self.sha256, self.target)
 
 
 @dataclass
@@ -173,12 +205,16 @@ def collect(root: Path, rules: IgnoreRules | None = None) -> Collected:
                 pending.append(relative)
             elif stat.S_ISREG(info.st_mode):
                 executable = bool(info.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
-                found.entries.append(Entry(relative, "file", info.st_size, executable))
+                found.entries.append(Entry(relative, "file", info.st_size, executable, key=_key(info)))
             else:
                 found.notes.append(f"left out {relative}: not a regular file, directory or symlink")
     # A path sorts before every path it is a prefix of, so directories precede their contents.
     found.entries.sort(key=lambda e: e.relative)
     return found
+
+
+def _key(info: os.stat_result) -> StatKey:
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev)
 
 
 def _link_entry(top: Path, relative: str, notes: list[str]) -> Entry | None:
@@ -209,27 +245,198 @@ def largest_paths(entries: Sequence[Entry], count: int = LARGEST_SHOWN) -> list[
     return sorted(sizes.items(), key=lambda item: (-item[1], item[0]))[:count]
 
 
+# --- hashing, and the stat cache -----------------------------------------------------------------
+
+STAT_CACHE_VERSION = 1
+STAT_CACHE_DIR = "paddlecloud/package-stats"
+# A cache holds at most this many files' entries (a bigger tree is hashed each time) ...
+STAT_CACHE_MAX_ENTRIES = 200_000
+# ... and at most this many package directories are remembered (the least recently used go).
+STAT_CACHE_MAX_FILES = 64
+# A file changed at most this long before it was hashed is not remembered: the kernel stamps
+# files from a clock that ticks every few milliseconds, so a write just after the read can
+# leave its stat unchanged. Filesystems with coarser stamps have the cache's own mtime (below).
+RACY_WINDOW_NS = 50_000_000
+
+
+def cache_home(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CACHE_HOME`, or `~/.cache`."""
+    env = os.environ if env is None else env
+    configured = env.get("XDG_CACHE_HOME", "")
+    return Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
+
+
+class StatCache:
+    """What each file of one package directory hashed to, under its stat key, so that an
+    unchanged file is never read again (git's index, in small).
+
+    Trusted for nothing but skipping a read, and only when provably safe: the entry's key
+    (size, mtime, ctime, inode, device) is the file's current one, and both its times are
+    older than the cache file's own mtime, as git's "racy git" rule asks (a file written in
+    the same tick as the cache could have changed without its stat changing). A missing,
+    corrupt, foreign (another directory's) or newer-format cache is an empty one, never an
+    error. Written atomically (a temporary file renamed over it), bounded in entries and files.
+    """
+
+    def __init__(self, path: Path | None, root: Path, *, racy_window_ns: int = RACY_WINDOW_NS) -> None:
+        self.path = path
+        self.root = str(root)
+        self.racy_window_ns = racy_window_ns
+        self._known: dict[str, list[Any]] = {}
+        self._written_ns = 0
+        self._next: dict[str, list[Any]] = {}
+        self.reads = 0  # files hashed from their bytes in this run
+
+    @classmethod
+    def for_directory(cls, root: Path, env: Mapping[str, str] | None = None) -> StatCache:
+        """The cache of package directory `root` (resolved), loaded from the user's cache dir."""
+        name = hashlib.sha256(os.fsencode(root)).hexdigest()[:40] + ".json"
+        cache = cls(cache_home(env) / STAT_CACHE_DIR / name, root)
+        cache.load()
+        return cache
+
+    def load(self) -> None:
+        """Read the cache file; anything amiss leaves the cache empty."""
+        if self.path is None:
+            return
+        try:
+            with open(self.path, "rb") as source:
+                written = os.fstat(source.fileno()).st_mtime_ns
+                data = json.loads(source.read())
+        except (OSError, ValueError):
+            return
+        if (
+            not isinstance(data, dict)
+            or data.get("version") != STAT_CACHE_VERSION
+            or data.get("root") != self.root
+        ):
+            return
+        entries = data.get("entries")
+        if isinstance(entries, dict):
+            self._known = {k: v for k, v in entries.items() if _valid_cached(v)}
+            self._written_ns = written
+
+    def lookup(self, relative: str, key: StatKey) -> str | None:
+        """The remembered sha256 of the file at `relative`, if it is provably unchanged."""
+        known = self._known.get(relative)
+        if known is None or tuple(known[:5]) != key:
+            return None
+        _, mtime, ctime, _, _ = key
+        if max(mtime, ctime) >= self._written_ns:
+            return None  # racy: changed in the cache's own tick, perhaps after it was hashed
+        return str(known[5])
+
+    def remember(self, relative: str, key: StatKey, sha256: str, hashed_at_ns: int) -> None:
+        """Keep `sha256` for the next run, unless the file changed too recently to be sure."""
+        _, mtime, ctime, _, _ = key
+        if max(mtime, ctime) < hashed_at_ns - self.racy_window_ns:
+            self._next[relative] = [*key, sha256]
+
+    def save(self) -> None:
+        """Replace the cache file with this run's entries (quietly: a cache is never fatal)."""
+        if self.path is None or len(self._next) > STAT_CACHE_MAX_ENTRIES:
+            return
+        if self._next == self._known and self._written_ns:
+            return  # nothing new: keep the file (and its older, trusted mtime) as it is
+        data = {"version": STAT_CACHE_VERSION, "root": self.root, "entries": self._next}
+        with contextlib.suppress(OSError, UnicodeEncodeError):
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, temporary = tempfile.mkstemp(prefix=".stats-", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode())
+                os.replace(temporary, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+            _prune(self.path.parent)
+
+
+def _valid_cached(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 6
+        and all(type(v) is int for v in value[:5])
+        and isinstance(value[5], str)
+        and len(value[5]) == 64
+    )
+
+
+def _prune(directory: Path) -> None:
+    """Forget the least recently written caches beyond `STAT_CACHE_MAX_FILES`."""
+    caches = []
+    for path in directory.glob("*.json"):
+        with contextlib.suppress(OSError):
+            caches.append((path.stat().st_mtime_ns, path))
+    for _, path in sorted(caches, reverse=True)[STAT_CACHE_MAX_FILES:]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def hash_entries(collected: Collected, cache: StatCache | None = None) -> None:
+    """Give every file of `collected` its content sha256: from `cache` when it is provably
+    unchanged, else by reading it (which `cache` then remembers)."""
+    top = collected.root.resolve()
+    hashed: list[Entry] = []
+    for entry in collected.entries:
+        if entry.kind == "file" and entry.key is not None:
+            known = cache.lookup(entry.relative, entry.key) if cache is not None else None
+            if known is None:
+                started = time.time_ns()
+                known = _hash_file(top / entry.relative, entry)
+                if cache is not None:
+                    cache.reads += 1
+                    cache.remember(entry.relative, entry.key, known, started)
+            elif cache is not None:
+                cache.remember(entry.relative, entry.key, known, time.time_ns())
+            entry = replace(entry, sha256=known)
+        hashed.append(entry)
+    collected.entries = hashed
+
+
+def _hash_file(path: Path, entry: Entry) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as source:
+            if _key(os.fstat(source.fileno())) != entry.key:
+                raise PackageError(f"{entry.relative} changed while the package was being made; try again")
+            while block := source.read(READ_BLOCK):
+                digest.update(block)
+            if _key(os.fstat(source.fileno())) != entry.key:
+                raise PackageError(f"{entry.relative} changed while the package was being made; try again")
+    except OSError as exc:
+        raise PackageError(f"{entry.relative}: cannot read it into the package: {exc}") from None
+    return digest.hexdigest()
+
+
 # --- the archive ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Package:
-    """A package ready to upload: the archive on disk, its sha256 and what it holds."""
+    """A package: its name on PFS, what it holds, and (once built, or when given) its archive.
+
+    `sha256` is the package's identity: the sha256 of its manifest for a directory, of its
+    bytes for a ready-made archive. `archive` is None until `build` makes it (only when PFS
+    lacks the package); `size` is the archive's bytes once there is one.
+    """
 
     source: Path
-    archive: Path
+    archive: Path | None
     sha256: str
-    size: int  # bytes of the archive
+    size: int  # bytes of the archive (0 before it is built)
     files: int
     bytes: int  # the files' total, uncompressed
     suffix: str = ".tar.gz"
     ignored: int = 0
     notes: tuple[str, ...] = ()
     largest: tuple[tuple[str, int], ...] = ()
+    collected: Collected | None = field(default=None, repr=False, compare=False)
 
     @property
     def filename(self) -> str:
-        """`<sha256>.tar.gz`: the name on PFS, which says exactly what it holds."""
+        """`<identity>.tar.gz`: the name on PFS, which says exactly what it holds."""
         return self.sha256 + self.suffix
 
     @property
@@ -237,83 +444,101 @@ class Package:
         return self.bytes > BIG_PACKAGE
 
 
-class _HashingWriter:
-    """A write-only file that hashes and counts what passes through to `target`."""
+class _HashingReader:
+    """A file that hashes what tarfile reads of it, to compare with what the manifest says."""
 
-    def __init__(self, target: BinaryIO) -> None:
-        self.target = target
+    def __init__(self, source: BinaryIO) -> None:
+        self.source = source
         self.digest = hashlib.sha256()
-        self.size = 0
 
-    def write(self, data: bytes) -> int:
+    def read(self, size: int = -1) -> bytes:
+        data = self.source.read(size)
         self.digest.update(data)
-        self.size += len(data)
-        return self.target.write(data)
-
-    def flush(self) -> None:
-        self.target.flush()
+        return data
 
 
-def write_archive(collected: Collected, out: BinaryIO) -> tuple[str, int]:
-    """Write the reproducible `.tar.gz` of `collected` to `out`; returns (sha256 hex, size)."""
+def write_archive(collected: Collected, out: BinaryIO) -> int:
+    """Write the reproducible `.tar.gz` of `collected` (its files hashed) to `out`; returns
+    its size. PackageError if a file no longer has the bytes its entry was hashed from."""
     top = collected.root.resolve()
-    writer = _HashingWriter(out)
-    gz = gzip.GzipFile(filename="", mode="wb", fileobj=writer, mtime=0, compresslevel=COMPRESS_LEVEL)
+    before = out.tell()
+    gz = gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=COMPRESS_LEVEL)
     with gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in collected.entries:
             info = tarfile.TarInfo(entry.relative)
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""
+            info.mode = entry.mode
             if entry.kind == "dir":
                 info.type = tarfile.DIRTYPE
-                info.mode = 0o755
                 tar.addfile(info)
             elif entry.kind == "symlink":
                 info.type = tarfile.SYMTYPE
-                info.mode = 0o777
                 info.linkname = entry.target
                 tar.addfile(info)
             else:
-                info.mode = 0o755 if entry.executable else 0o644
                 _add_file(tar, info, top / entry.relative, entry)
-    return writer.digest.hexdigest(), writer.size
+    return out.tell() - before
 
 
 def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path, entry: Entry) -> None:
+    changed = PackageError(f"{entry.relative} changed while the package was being made; try again")
     try:
         with open(path, "rb") as source:
             size = os.fstat(source.fileno()).st_size
             if size != entry.size:
-                raise PackageError(f"{entry.relative} changed while the package was being made; try again")
+                raise changed
             info.size = size
-            tar.addfile(info, source)
+            reader = _HashingReader(source)
+            tar.addfile(info, reader)  # tarfile only calls read()
     except OSError as exc:
         # tarfile says "unexpected end of data" when a file shrinks under it.
         raise PackageError(f"{entry.relative}: cannot read it into the package: {exc}") from None
+    if entry.sha256 and reader.digest.hexdigest() != entry.sha256:
+        raise changed
 
 
-def pack(source: Path, workdir: Path, rules: IgnoreRules | None = None) -> Package:
-    """Pack the directory `source` into `workdir/<sha256>.tar.gz` (blocking; run it in a thread)."""
+def identify(source: Path, rules: IgnoreRules | None = None, cache: StatCache | None = None) -> Package:
+    """The package of directory `source`, named by its manifest, without building an archive
+    (blocking; run it in a thread). With `cache`, unchanged files are not read, and the
+    cache is saved for the next run."""
     collected = collect(source, rules)
     if collected.files == 0:
         collected.notes.append("the package holds no files")
-    partial = workdir / "package.tar.gz.partial"
-    with open(partial, "wb") as out:
-        sha256, size = write_archive(collected, out)
-    archive = workdir / f"{sha256}.tar.gz"
-    os.replace(partial, archive)
+    hash_entries(collected, cache)
+    if cache is not None:
+        cache.save()
     return Package(
         source=source,
-        archive=archive,
-        sha256=sha256,
-        size=size,
+        archive=None,
+        sha256=identity(e.member() for e in collected.entries),
+        size=0,
         files=collected.files,
         bytes=collected.bytes,
         ignored=collected.ignored,
         notes=tuple(collected.notes),
         largest=tuple(largest_paths(collected.entries)),
+        collected=collected,
     )
+
+
+def build(pkg: Package, workdir: Path) -> Package:
+    """`pkg` with its archive built as `workdir/<identity>.tar.gz` (blocking; run it in a
+    thread); a package that already has its archive is returned as it is."""
+    if pkg.archive is not None or pkg.collected is None:
+        return pkg
+    partial = workdir / "package.tar.gz.partial"
+    with open(partial, "wb") as out:
+        size = write_archive(pkg.collected, out)
+    archive = workdir / pkg.filename
+    os.replace(partial, archive)
+    return replace(pkg, archive=archive, size=size)
+
+
+def pack(source: Path, workdir: Path, rules: IgnoreRules | None = None) -> Package:
+    """Name the directory `source` and build its archive in `workdir` (blocking), no cache."""
+    return build(identify(source, rules), workdir)
 
 
 def archive_suffix(path: Path) -> str | None:
@@ -343,10 +568,15 @@ def existing_archive(path: Path) -> Package:
     )
 
 
-def prepare(source: Path, workdir: Path) -> Package:
-    """The package for a local path: a directory is packed, an archive file taken as is."""
+def prepare(source: Path, *, cache: bool = True, env: Mapping[str, str] | None = None) -> Package:
+    """The package for a local path: a directory is named by its manifest (its files' hashes
+    kept in the user's stat cache unless `cache` is false), an archive file taken as is."""
     if source.is_dir():
-        return pack(source, workdir)
+        try:
+            top = source.resolve(strict=True)
+        except OSError:
+            raise PackageError(f"{source}: no such directory") from None
+        return identify(source, cache=StatCache.for_directory(top, env) if cache else None)
     if source.is_file():
         return existing_archive(source)
     if source.exists():

@@ -4,7 +4,7 @@ medium (HDFS) does: pfs's generic upload path, run over a POSIX directory with p
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
 from paddlecloud.common.storage.base import Staging
@@ -65,6 +65,9 @@ class StreamingStaging(Staging):
 
     async def hash_part(self, upload_id: str) -> str:
         return await self.inner.hash_part(upload_id)
+
+    def read_part(self, upload_id: str) -> AsyncGenerator[bytes]:
+        return self.inner.read_part(upload_id)
 
     async def place(self, upload_id: str, dest: PfsPath, *, digest: str, overwrite: bool) -> None:
         await self.inner.place(upload_id, dest, digest=digest, overwrite=overwrite)

@@ -238,7 +238,11 @@ class _Steps(SubmitSteps):
         self.say(f"Package already on PFS: {path}")
 
     def would_upload(self, pkg: Package, path: str) -> None:
-        self.say(f"Would upload package ({human_size(pkg.size)}) as {path}")
+        # A directory's archive is built only to be uploaded: its files' total says the size.
+        size = (
+            human_size(pkg.size) if pkg.archive is not None else f"{human_size(pkg.bytes)} before compression"
+        )
+        self.say(f"Would upload package ({size}) as {path}")
 
     def uploading(self, pkg: Package, path: str) -> Progress:
         self.say(f"Uploading package ({human_size(pkg.size)}) as {path}")
@@ -751,14 +755,16 @@ examples:
   paddlecloud submit -jobname fit-a-line -cpu 1 -gpu 0 -memory 1Gi -parallelism 2 \\
       -pscpu 1 -pservers 2 -psmemory 1Gi -passes 1 -entry "python train.py" ./fit_a_line
   paddlecloud submit --job-name mnist --trainers 4 --module trainer.main --env LR=0.01 -f ./mnist
-  paddlecloud submit --dry-run ./mnist                 # pack and check; upload and start nothing
-  paddlecloud submit --name again /pfs/datacenter1/home/alice/.paddlecloud/packages/<sha256>.tar.gz
+  paddlecloud submit --dry-run ./mnist                 # name and check; upload and start nothing
+  paddlecloud submit --name again /pfs/datacenter1/home/alice/.paddlecloud/packages/<id>.tar.gz
 
 PACKAGE is a local directory, a local .tar.gz/.zip, or a path on PFS (/pfs/..., or pfs:x for x
-in your home). A directory is packed reproducibly, leaving out what .paddlecloudignore lists
-(gitignore syntax) and .git, .venv, __pycache__, *.pyc and similar; the archive is named by its
-sha256 and uploaded to <home>/.paddlecloud/packages/ only if PFS does not hold it yet. Symlinks
-leading out of the package are left out. The job starts in the unpacked package.
+in your home). A directory's package leaves out what .paddlecloudignore lists (gitignore
+syntax) and .git, .venv, __pycache__, *.pyc and similar; it is named by the sha256 of its
+files' manifest (unchanged files are not read again: a stat cache under ~/.cache/paddlecloud),
+and packed reproducibly and uploaded to <home>/.paddlecloud/packages/ only if PFS does not
+hold it yet; an archive is named by its sha256. Symlinks leading out of the package are left
+out. The job starts in the unpacked package.
 
 Only the flags given are sent; the server's defaults fill in the rest (1 trainer, no parameter
 servers, cpu 1, memory 1Gi, gpu 0, entry "python train.py"); -p N, the original design's
@@ -908,7 +914,13 @@ def add_submit_flags(parser: Deferred) -> None:
         action="store_true",
         help="stream the logs; exit 0 only if the job succeeds",
     )
-    add_flag(run, "dry-run", "dryrun", action="store_true", help="pack and check, upload and start nothing")
+    add_flag(
+        run,
+        "dry-run",
+        "dryrun",
+        action="store_true",
+        help="name and check the package; upload and start nothing",
+    )
 
 
 ALL_USERS_HELP = "every user's jobs, with a USER column (admins only)"

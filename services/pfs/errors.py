@@ -46,6 +46,7 @@ __all__ = [
     "CHECKSUM_ALGORITHM",
     "CHECKSUM_MISMATCH",
     "MISMATCHED_OFFSET",
+    "PACKAGE_MISMATCH",
     "PATH_FORBIDDEN",
     "PATH_NOT_FOUND",
     "PROBLEMS",
@@ -82,6 +83,8 @@ UPLOAD_TOO_LARGE = ErrorKind("ERR_UPLOAD_TOO_LARGE", 413, "Upload too large")
 UPLOAD_LOCKED = ErrorKind("ERR_UPLOAD_LOCKED", 423, "Upload busy")
 UPLOAD_INTERRUPTED = ErrorKind("ERR_UPLOAD_INTERRUPTED", 400, "Upload interrupted")
 READ_TIMEOUT = ErrorKind("ERR_READ_TIMEOUT", 408, "Upload body stalled")
+# A job package uploaded under a name its bytes do not have (docs/jobs.md, "Package identity").
+PACKAGE_MISMATCH = ErrorKind("ERR_PACKAGE_MISMATCH", 422, "Package does not match its name")
 
 
 # The domain's refusals ---------------------------------------------------------------
@@ -155,6 +158,10 @@ class ChecksumMismatch(DomainError):
     """A chunk's or the whole file's checksum does not match what the client declared."""
 
 
+class PackageMismatch(DomainError):
+    """An archive uploaded as a job package whose bytes do not have the package's name."""
+
+
 PROBLEMS: ProblemTable = {
     **COMMON_PROBLEMS,
     **PATH_PROBLEMS,
@@ -174,6 +181,7 @@ PROBLEMS: ProblemTable = {
     BadMetadata: BAD_METADATA,
     MismatchedOffset: MISMATCHED_OFFSET,
     ChecksumMismatch: CHECKSUM_MISMATCH,
+    PackageMismatch: PACKAGE_MISMATCH,
 }
 
 

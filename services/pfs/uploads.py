@@ -66,6 +66,7 @@ from .errors import (
     refusal_for,
 )
 from .figures import PfsFigures
+from .packages import check_package
 from .records import Record
 
 log = structlog.get_logger()
@@ -935,6 +936,7 @@ class Uploads:
         try:
             dest = PfsPath.parse(record.path, self.datacenter)
             check_access(dest, identity, write=True)
+            await check_package(self.staging, record.id, dest, digest)
             await self._place(record, dest, digest)
         except DomainError as refusal:
             # A full disk or quota is no verdict on the upload: the next HEAD or PATCH finishes it.

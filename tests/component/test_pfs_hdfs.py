@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import urllib.error
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from test_pfs_files import (  # the local-disk suites' fixtures and API-only tes
     test_usage_of_others_is_for_admins,
     test_your_own_home_is_empty_before_your_first_write,
 )
+from test_pfs_packages import built
 from test_pfs_traversal import (
     test_raw_pre_encoded_queries,
     test_traversal_spellings_are_bad_paths_on_every_endpoint,
@@ -180,6 +182,21 @@ async def test_a_whole_file_sha256_mismatch_places_nothing(
     await problem(resp, 460, "ERR_CHECKSUM_MISMATCH")
     assert real_hdfs.status(f"{hdfs_root}/home/alice/x.bin") is None
     assert not [n for n in real_hdfs.listdir(f"{hdfs_root}/.uploads") if n.endswith(".part")]
+
+
+async def test_a_package_is_checked_against_its_name_read_back_from_hdfs(
+    platform: Platform, real_hdfs: RealHdfs, hdfs_root: str, tmp_path: Path
+) -> None:
+    alice = await platform.user("alice")
+    identity, data = built(tmp_path, "a", {"train.py": "print(1)\n"})
+    other, _ = built(tmp_path, "b", {"train.py": "print(2)\n"})
+    packages = "/pfs/dc1/home/alice/.paddlecloud/packages"
+    resp = await upload(platform, alice, f"{packages}/{other}.tar.gz", data)
+    await problem(resp, 422, "ERR_PACKAGE_MISMATCH")
+    assert real_hdfs.status(f"{hdfs_root}/home/alice/.paddlecloud/packages/{other}.tar.gz") is None
+    assert not [n for n in real_hdfs.listdir(f"{hdfs_root}/.uploads") if n.endswith(".part")]
+    assert (await upload(platform, alice, f"{packages}/{identity}.tar.gz", data)).status == 204
+    assert real_hdfs.status(f"{hdfs_root}/home/alice/.paddlecloud/packages/{identity}.tar.gz") is not None
 
 
 async def test_overwrite_is_asked_for_and_then_replaces(

@@ -12,6 +12,11 @@ from __future__ import annotations
 import asyncio
 
 from streaming_staging import StreamingVolume
+from test_pfs_packages import (  # the package checks read the part back through `read_part`
+    test_a_package_is_placed_under_its_manifests_identity,
+    test_an_archive_under_another_packages_identity_is_refused,
+    test_what_is_no_package_is_refused_under_a_packages_name,
+)
 from test_pfs_uploads import (  # the local-disk suite's fixtures and tests, collected here again
     Platform,
     checksum,
@@ -38,7 +43,9 @@ __all__ = [
     "make_platform",
     "platform",
     "test_a_body_that_stalls_times_out_and_keeps_what_arrived",
+    "test_a_package_is_placed_under_its_manifests_identity",
     "test_a_stale_patch_does_not_block_the_client_that_comes_back",
+    "test_an_archive_under_another_packages_identity_is_refused",
     "test_an_upload_resumes_across_a_restart",
     "test_body_past_the_upload_length_is_never_written",
     "test_chunk_checksums",
@@ -46,6 +53,7 @@ __all__ = [
     "test_deferred_length",
     "test_quota_applies_when_a_deferred_length_is_declared",
     "test_upload_cut_at_random_points_then_resumed_is_byte_identical",
+    "test_what_is_no_package_is_refused_under_a_packages_name",
     "test_whole_file_sha256_mismatch_is_460_and_nothing_appears",
 ]
 

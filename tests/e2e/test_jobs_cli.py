@@ -3,11 +3,13 @@ directory to their end, the package uploaded once, both flag styles, and mistake
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,26 @@ def test_submit_follow_runs_the_package_and_an_unchanged_package_is_not_uploaded
     entries = [json.loads(line) for line in ok(run_cli(server, "-o", "json", "logs", "hello-5")).splitlines()]
     assert [e["worker"] for e in entries] == ["trainer-0"] * len(logs)
     assert all(isinstance(e["cursor"], str) for e in entries)
+
+
+def test_a_ready_archive_is_named_by_its_bytes_as_every_package_was_before_manifests(
+    server: Any, tmp_path: Path
+) -> None:
+    package = make_package(tmp_path / "hello")
+    archive = tmp_path / "hello.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(package / "train.py", "train.py")
+    named = f"{PACKAGES}/{hashlib.sha256(archive.read_bytes()).hexdigest()}.tar.gz"
+    out = ok(run_cli(server, "submit", "-f", "--name", "ready-1", str(archive)))
+    assert "Uploading package (" in out and named in out and "Job ready-1 SUCCEEDED" in out
+    assert packages_on_pfs(server) == [named]
+    again = ok(run_cli(server, "submit", "-f", "--name", "ready-2", str(archive)))
+    assert f"Package already on PFS: {named}" in again and "Uploading" not in again
+    # An archive under a name its bytes do not have is refused in one line; nothing is placed.
+    forged = f"{PACKAGES}/{'0' * 64}.tar.gz"
+    refused = one_error_line(run_cli(server, "cp", str(archive), "pfs:" + forged.removeprefix(HOME + "/")))
+    assert "Package does not match its name" in refused or "not the one it is named by" in refused
+    assert packages_on_pfs(server) == [named]
 
 
 @pytest.mark.parametrize("prog", ["paddlecloud", "paddlectl"])

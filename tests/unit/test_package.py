@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud import package
+from paddlecloud.common.manifest import identity_of_archive
 from paddlecloud.package import (
     DEFAULT_IGNORES,
     IgnoreRules,
@@ -69,14 +70,18 @@ def packed(root: Path, tmp_path: Path, tag: str = "out") -> package.Package:
 # --- reproducibility ------------------------------------------------------------------------------
 
 
-def test_the_same_directory_packs_to_the_same_bytes_named_by_their_sha256(
+def test_the_same_directory_packs_to_the_same_bytes_named_by_their_manifest(
     project: Path, tmp_path: Path
 ) -> None:
     first = packed(project, tmp_path, "a")
     second = packed(project, tmp_path, "b")
+    assert first.archive is not None and second.archive is not None
     assert first.sha256 == second.sha256
     assert first.archive.read_bytes() == second.archive.read_bytes()
-    assert first.sha256 == hashlib.sha256(first.archive.read_bytes()).hexdigest()
+    # The name is what pfs recomputes from the archive's members, not the archive's own sha256.
+    with open(first.archive, "rb") as archive:
+        assert first.sha256 == identity_of_archive(archive)
+    assert first.sha256 != hashlib.sha256(first.archive.read_bytes()).hexdigest()
     assert first.archive.name == first.filename == f"{first.sha256}.tar.gz"
     assert first.size == first.archive.stat().st_size
     assert (first.files, first.bytes) == (
@@ -310,10 +315,10 @@ def test_an_empty_package_is_allowed_with_a_note(tmp_path: Path) -> None:
 
 def test_local_paths_that_are_no_package_are_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(PackageError, match="no such directory"):
-        prepare(tmp_path / "missing", tmp_path)
+        prepare(tmp_path / "missing", cache=False)
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(PackageError, match=r"a package is a directory, or a \.tar\.gz"):
-        prepare(tmp_path / "notes.txt", tmp_path)
+        prepare(tmp_path / "notes.txt", cache=False)
     with pytest.raises(PackageError, match="not a directory"):
         collect(tmp_path / "notes.txt")
 
@@ -322,8 +327,9 @@ def test_a_ready_archive_is_taken_as_is_and_named_by_its_sha256(project: Path, t
     built = packed(project, tmp_path)
     tgz = tmp_path / "mine.tgz"
     tgz.write_bytes(built.archive.read_bytes())
-    pkg = prepare(tgz, tmp_path)
-    assert (pkg.sha256, pkg.filename, pkg.archive) == (built.sha256, f"{built.sha256}.tar.gz", tgz)
+    pkg = prepare(tgz, cache=False)
+    named = hashlib.sha256(tgz.read_bytes()).hexdigest()
+    assert (pkg.sha256, pkg.filename, pkg.archive) == (named, f"{named}.tar.gz", tgz)
     archive = tmp_path / "pkg.ZIP"
     archive.write_bytes(b"PK\x05\x06" + b"\0" * 18)
     assert existing_archive(archive).filename.endswith(".zip")
@@ -334,3 +340,13 @@ def test_a_file_that_changes_while_packing_is_an_error(project: Path, tmp_path: 
     (project / "train.py").write_text("print('much longer than before')\n")
     with pytest.raises(PackageError, match=r"train\.py changed while the package was being made"):
         package.write_archive(collected, io.BytesIO())
+
+
+def test_a_file_rewritten_between_naming_and_archiving_is_an_error_not_a_wrong_package(
+    project: Path, tmp_path: Path
+) -> None:
+    pkg = package.identify(project)
+    (project / "train.py").write_text("print('HELLO')\n")  # the same size, other bytes
+    with pytest.raises(PackageError, match=r"train\.py changed while the package was being made"):
+        package.build(pkg, tmp_path)
+    assert list(tmp_path.glob("*.tar.gz")) == []

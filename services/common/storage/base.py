@@ -22,7 +22,7 @@ turn them into problems as they always have (pfs: `errors.refusal_for`).
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -171,6 +171,11 @@ class Staging(abc.ABC):
     @abc.abstractmethod
     async def hash_part(self, upload_id: str) -> str:
         """The part's sha256 (hex), read back from the storage."""
+
+    @abc.abstractmethod
+    def read_part(self, upload_id: str) -> AsyncGenerator[bytes]:
+        """The part's bytes from its start, in pieces, read back from the storage (an async
+        generator: close it if you stop early)."""
 
     @abc.abstractmethod
     async def place(self, upload_id: str, dest: PfsPath, *, digest: str, overwrite: bool) -> None:

@@ -45,7 +45,7 @@ import contextlib
 import errno
 import hashlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING
 
 from ..diskuse import DiskUse
@@ -267,6 +267,13 @@ class HdfsStaging(Staging):
         part = self._part(upload_id)
         status = await self.client.status(part)
         return await _sha256_of(self.client, part, status.length, None)
+
+    async def read_part(self, upload_id: str) -> AsyncGenerator[bytes]:
+        part = self._part(upload_id)
+        status = await self.client.status(part)
+        if status.length > 0:
+            async for chunk in self.client.open(part, 0, status.length, doas=None):
+                yield chunk
 
     async def place(self, upload_id: str, dest: PfsPath, *, digest: str, overwrite: bool) -> None:
         volume = self.volume

@@ -23,7 +23,7 @@ import heapq
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 from .. import trees
@@ -605,6 +605,16 @@ class PosixStaging(Staging):
 
     async def hash_part(self, upload_id: str) -> str:
         return await asyncio.to_thread(self._hash_part, upload_id)
+
+    async def read_part(self, upload_id: str) -> AsyncGenerator[bytes]:
+        fd = await asyncio.to_thread(
+            os.open, f"{upload_id}.part", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.dir_fd
+        )
+        try:
+            while block := await asyncio.to_thread(os.read, fd, _READ_BLOCK):
+                yield block
+        finally:
+            os.close(fd)
 
     def _hash_part(self, upload_id: str) -> str:
         """The staging file's sha256, read from disk (after a restart lost the running hash)."""
