@@ -27,6 +27,10 @@ from typing import BinaryIO, Literal
 HEADER = b"paddlecloud-package-manifest/1\n"
 Kind = Literal["dir", "file", "symlink"]
 READ_BLOCK = 1024 * 1024
+# The most members an uploaded archive may have for its identity to be recomputed: the
+# manifest is held whole to be sorted (~300 bytes a member), so this bounds what pfs holds
+# for one upload at ~60 MiB. Beyond it the archive is refused, saying so.
+MAX_MEMBERS = 200_000
 DIR_MODE = 0o755
 EXEC_MODE = 0o755
 FILE_MODE = 0o644
@@ -71,6 +75,8 @@ def members_of_archive(archive: BinaryIO) -> Iterator[Member]:
     try:
         with tarfile.open(fileobj=archive, mode="r|gz") as tar:
             for info in tar:
+                if len(seen) >= MAX_MEMBERS:
+                    raise NotAPackage(f"more than {MAX_MEMBERS:,} members")
                 yield _member(tar, info, seen)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise NotAPackage(f"not a readable .tar.gz: {exc}") from None

@@ -4,8 +4,10 @@ corrupt, foreign, racy or too big."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from paddlecloud import package
+from paddlecloud.common import manifest
 from paddlecloud.common.manifest import HEADER, Member, NotAPackage, identity, identity_of_archive, serialise
 from paddlecloud.package import StatCache, identify, prepare
 
@@ -237,3 +240,21 @@ def test_the_cache_is_bounded_and_written_atomically(
     prepare(project, env=env)  # three files: too many to remember
     assert len(list(directory.iterdir())) == 2
     assert StatCache.for_directory(project.resolve(), env).lookup("train.py", (0, 0, 0, 0, 0)) is None
+
+
+def test_an_archive_with_more_members_than_the_bound_is_no_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pfs holds an uploaded archive's manifest whole to sort it: the members are bounded.
+    monkeypatch.setattr(manifest, "MAX_MEMBERS", 3)
+    for count, refused in ((3, False), (4, True)):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for i in range(count):
+                tar.addfile(tarfile.TarInfo(f"d{i}"), io.BytesIO(b""))
+        buffer.seek(0)
+        if refused:
+            with pytest.raises(NotAPackage, match="more than 3 members"):
+                identity_of_archive(buffer)
+        else:
+            assert len(identity_of_archive(buffer)) == 64
