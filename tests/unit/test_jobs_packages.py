@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from paddlecloud.common.errors import Invalid
-from paddlecloud.common.storage.base import Download, Entry, ReadVolume, Stat
+from paddlecloud.common.storage.base import Children, Download, Entry, ReadVolume, Stat
 from paddlecloud.common.storage.posix import PosixVolume
 from paddlecloud.common.volume import PfsPath
 from paddlecloud.jobs.packages import Packages
@@ -56,6 +56,9 @@ class RangedReads(ReadVolume):
 
     async def list(self, path: PfsPath, *, recursive: bool, max_path_bytes: int) -> list[Entry]:
         return await self.inner.list(path, recursive=recursive, max_path_bytes=max_path_bytes)
+
+    async def children(self, path: PfsPath, after: str | None, limit: int) -> Children | Entry:
+        return await self.inner.children(path, after, limit)
 
 
 @pytest.fixture
