@@ -9,6 +9,7 @@ import asyncio
 import io
 import tarfile
 import zipfile
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
@@ -24,6 +25,8 @@ MAX_REQUIREMENTS = 64 * 1024
 ARCHIVE_SUFFIXES = {".tar.gz": "tar", ".tgz": "tar", ".tar": "tar", ".zip": "zip"}
 # How much an archive is read at a time when looking into it: one ranged read of the storage each.
 ARCHIVE_READ = 1024 * 1024
+# How many archives' requirements.txt are remembered (a few hundred bytes to 64 KiB each).
+REMEMBERED = 256
 
 
 class Packages:
@@ -32,6 +35,11 @@ class Packages:
 
     def __init__(self, volume: ReadVolume) -> None:
         self._volume = volume
+        # An archive's requirements.txt, by its path and what its stat says of its bytes (file
+        # identity, size, mtime): a resubmitted package is not gunzipped again to find it. A
+        # stale entry would need the owner to rewrite their own file in place with the same
+        # size and mtime, and would change only the requirements of their own job.
+        self._archived: OrderedDict[tuple[str, str, int, int, str], bytes | None] = OrderedDict()
 
     async def must_exist(self, field: str, path: PfsPath) -> Kind:
         """What kind of thing is at `path`; Invalid, naming `field`, if nothing is (or a symlink
@@ -91,6 +99,19 @@ class Packages:
         download = await self._volume.open(package)
         if download is None:
             raise IsADirectoryError(21, "Is a directory", package.text)
+        st = download.stat
+        key = (package.text, kind, st.size, st.mtime_ns, st.ident)
+        if key in self._archived:
+            await download.close()
+            self._archived.move_to_end(key)
+            return self._archived[key]
+        found = await self._scan(download, kind)
+        self._archived[key] = found
+        if len(self._archived) > REMEMBERED:
+            self._archived.popitem(last=False)
+        return found
+
+    async def _scan(self, download: Download, kind: str) -> bytes | None:
         loop = asyncio.get_running_loop()
         # tarfile and zipfile read synchronously, in a thread of their own: not one of the
         # default executor's, which serves the ranged reads that thread waits for.

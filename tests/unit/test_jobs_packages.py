@@ -114,3 +114,42 @@ async def test_a_directorys_requirements_and_a_symlink_out_refused(
         await packages.must_exist("input", pfs("out", "passwd"))
     with pytest.raises(Invalid, match="does not exist on PFS"):
         await packages.must_exist("input", pfs("nothing"))
+
+
+def tar_gz(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+async def test_a_resubmitted_archive_is_not_read_again_until_it_changes(
+    volume: RangedReads, tmp_path: Path
+) -> None:
+    # requirements.txt last, as a sorted package puts it after its data: the whole archive is read.
+    archive = home(tmp_path) / "pkg.tar.gz"
+    archive.write_bytes(tar_gz({"data.bin": os.urandom(2 * MIB), "requirements.txt": b"numpy\n"}))
+    packages = Packages(volume)
+    assert await packages.requirements(pfs("pkg.tar.gz"), "tar") == "numpy\n"
+    first = volume.read_bytes
+    assert first > 2 * MIB
+    assert await packages.requirements(pfs("pkg.tar.gz"), "tar") == "numpy\n"
+    assert volume.read_bytes == first  # remembered: not one byte read again
+
+    # Rewritten in place (same inode) with other requirements: its size and mtime say so.
+    with open(archive, "r+b") as f:
+        f.truncate(0)
+        f.write(tar_gz({"data.bin": os.urandom(2 * MIB), "requirements.txt": b"paddlepaddle==3.3.1\n"}))
+    assert await packages.requirements(pfs("pkg.tar.gz"), "tar") == "paddlepaddle==3.3.1\n"
+    assert volume.read_bytes > first
+
+    # Another archive that has none is remembered as having none, and not confused with this one.
+    (home(tmp_path) / "other.tar.gz").write_bytes(tar_gz({"main.py": b"print(1)\n"}))
+    assert await packages.requirements(pfs("other.tar.gz"), "tar") is None
+    read = volume.read_bytes
+    assert await packages.requirements(pfs("other.tar.gz"), "tar") is None
+    assert volume.read_bytes == read
+    assert await packages.requirements(pfs("pkg.tar.gz"), "tar") == "paddlepaddle==3.3.1\n"
