@@ -33,8 +33,10 @@ from .platform import CLI, Platform
 ROUNDS = int(os.environ.get("PADDLECLOUD_BENCH_PACKAGE_ROUNDS", "5"))
 SMALL_FILES, SMALL_SIZE = 1000, 10 * 1024
 BIG_FILES, BIG_SIZE = 4, 10 * 2**20
-# Issue 35's figures on this machine: the old resubmit 1.57 s, Ray's submit call 0.13 s.
-RAY_SUBMIT = 0.13
+# "Unchanged packages cost nothing" (issue 35 item 2): the CLI's resubmit of the unchanged
+# directory, over the same CLI's submit of the package by its PFS path. Against Ray's submit
+# call, measured in the same run, the aim is `make bench-peers`'s (bench/peers.py).
+AIM_OVER_FLOOR = 0.1
 KINDS = ("new first", "new resubmit", "old first", "old resubmit", "floor")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -167,15 +169,16 @@ def report(times: dict[str, list[float]]) -> None:
         f"  new/old first {med['new first'] / med['old first']:.2f}x; "
         f"new/old resubmit {med['new resubmit'] / med['old resubmit']:.2f}x"
     )
-    print(f"  resubmit over the floor (submit by PFS path): {med['new resubmit'] - med['floor']:+.3f} s")
     aim(
-        "first submit no slower than the old path's (median, same run)",
+        "first submit no slower than the old path's (medians, same run; within 5%, the rounds' noise)",
         f"{med['new first']:.3f} s vs {med['old first']:.3f} s",
         med["new first"] <= med["old first"] * 1.05,
     )
+    over = med["new resubmit"] - med["floor"]
     aim(
-        f"resubmit of the unchanged 50 MiB directory <= 1x Ray's submit call ({RAY_SUBMIT} s, issue 35)",
-        f"{med['new resubmit']:.3f} s ({med['new resubmit'] / RAY_SUBMIT:.2f}x; "
+        f"resubmit of the unchanged 50 MiB directory <= {AIM_OVER_FLOOR} s over the submit by PFS path "
+        "(against Ray's: make bench-peers)",
+        f"{over:+.3f} s ({med['new resubmit']:.3f} vs {med['floor']:.3f} s; "
         f"the old path {med['old resubmit']:.3f} s)",
-        med["new resubmit"] <= RAY_SUBMIT,
+        over <= AIM_OVER_FLOOR,
     )

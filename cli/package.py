@@ -13,7 +13,11 @@ archive is reproducible (the same files give the same bytes, though only the man
   holds); directories are kept, empty ones too;
 - every entry's mtime 0, uid/gid 0, user and group names empty; modes normalised to 0755 for
   directories and for files with any execute bit, 0644 for other files (umasks differ);
-- gzip header without a file name and with mtime 0, at a fixed compression level.
+- gzip headers without a file name and with mtime 0, at a fixed compression level; a file
+  of at least `STORE_FROM` bytes whose first `SAMPLE` bytes deflate would not shrink (weights,
+  data, archives) is stored in a gzip member of its own at level 0 instead. The archive is then
+  several gzip members one after another, which gzip, GNU and busybox tar, and Python's gzip
+  module read as one stream; deflate gains nothing on such bytes and costs ~30 MB/s of a core.
 
 A file whose bytes differ from what was hashed when the archive is built is an error (it
 changed under us), never a package with the wrong name.
@@ -44,10 +48,11 @@ import stat
 import tarfile
 import tempfile
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 import pathspec
 
@@ -78,6 +83,10 @@ PACKAGE_DIR = ".paddlecloud/packages"
 BIG_PACKAGE = 100 * 2**20
 LARGEST_SHOWN = 5
 COMPRESS_LEVEL = 6
+# A file at least this large is sampled: if deflate shrinks its first SAMPLE bytes by less than
+# a tenth (random or already compressed bytes), it is stored, not compressed.
+STORE_FROM = 1024 * 1024
+SAMPLE = 64 * 1024
 ARCHIVE_SUFFIXES = {".tar.gz": ".tar.gz", ".tgz": ".tar.gz", ".zip": ".zip"}
 READ_BLOCK = 1024 * 1024
 
@@ -457,13 +466,56 @@ class _HashingReader:
         return data
 
 
+class _GzipMembers:
+    """What tarfile writes, gzipped into `out` as one gzip member per run of the same level:
+    `level(n)` ends the current member when n differs. Headers say no name and mtime 0."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.written = 0
+        self.current = COMPRESS_LEVEL
+        self.gz = self._member(COMPRESS_LEVEL)
+
+    def _member(self, level: int) -> gzip.GzipFile:
+        return gzip.GzipFile(filename="", mode="wb", fileobj=self.out, mtime=0, compresslevel=level)
+
+    def level(self, level: int) -> None:
+        if level != self.current:
+            self.gz.close()  # writes the member's trailer; `out` stays open
+            self.gz, self.current = self._member(level), level
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        return self.gz.write(data)
+
+    def tell(self) -> int:
+        return self.written
+
+    def close(self) -> None:
+        self.gz.close()
+
+
+def _level_for(path: Path, size: int) -> int:
+    """0 (stored) for a large file deflate would not shrink, else COMPRESS_LEVEL."""
+    if size < STORE_FROM:
+        return COMPRESS_LEVEL
+    try:
+        with open(path, "rb") as f:
+            sample = f.read(SAMPLE)
+    except OSError:
+        return COMPRESS_LEVEL  # _add_file says what is wrong with it
+    return 0 if len(zlib.compress(sample, 1)) * 10 > len(sample) * 9 else COMPRESS_LEVEL
+
+
 def write_archive(collected: Collected, out: BinaryIO) -> int:
     """Write the reproducible `.tar.gz` of `collected` (its files hashed) to `out`; returns
     its size. PackageError if a file no longer has the bytes its entry was hashed from."""
     top = collected.root.resolve()
     before = out.tell()
-    gz = gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=COMPRESS_LEVEL)
-    with gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    gz = _GzipMembers(out)
+    # tarfile calls only write() and tell() of what it writes to.
+    gzfile = cast(BinaryIO, gz)
+    with contextlib.closing(gz), tarfile.open(fileobj=gzfile, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in collected.entries:
             info = tarfile.TarInfo(entry.relative)
             info.mtime = 0
@@ -478,7 +530,9 @@ def write_archive(collected: Collected, out: BinaryIO) -> int:
                 info.linkname = entry.target
                 tar.addfile(info)
             else:
+                gz.level(_level_for(top / entry.relative, entry.size))
                 _add_file(tar, info, top / entry.relative, entry)
+        gz.level(COMPRESS_LEVEL)  # the tar's end blocks, compressed as every archive's were
     return out.tell() - before
 
 

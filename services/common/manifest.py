@@ -17,6 +17,7 @@ members' bytes when a package is uploaded (`identity_of_archive`).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import tarfile
@@ -73,7 +74,9 @@ def members_of_archive(archive: BinaryIO) -> Iterator[Member]:
     for a damaged archive or a member the CLI never writes (hard links, devices, odd paths)."""
     seen: set[str] = set()
     try:
-        with tarfile.open(fileobj=archive, mode="r|gz") as tar:
+        # gzip.GzipFile, not tarfile's "r|gz": it reads an archive of several gzip members
+        # (the CLI stores incompressible files in members of their own) as one stream.
+        with gzip.GzipFile(fileobj=archive, mode="rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
             for info in tar:
                 if len(seen) >= MAX_MEMBERS:
                     raise NotAPackage(f"more than {MAX_MEMBERS:,} members")

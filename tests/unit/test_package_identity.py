@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import tarfile
 import time
 from collections.abc import Callable
@@ -107,6 +108,37 @@ def test_the_identity_is_the_manifest_that_pfs_recomputes_from_the_archive(
     assert identity(members) == identity(reversed(members))
     with open(project / "train.py", "rb") as text, pytest.raises(NotAPackage, match="not a readable"):
         identity_of_archive(text)
+
+
+def test_large_incompressible_files_are_stored_in_gzip_members_every_reader_reads(
+    project: Path, tmp_path: Path
+) -> None:
+    mib = 1024 * 1024
+    weights = os.urandom(2 * mib)  # deflate cannot shrink it: stored at level 0
+    (project / "weights.bin").write_bytes(weights)
+    (project / "zeros.bin").write_bytes(bytes(2 * mib))  # shrinks: compressed as before
+    (tmp_path / "out").mkdir()
+    (tmp_path / "again").mkdir()
+    pkg = package.pack(project, tmp_path / "out")
+    assert pkg.archive is not None
+    raw = pkg.archive.read_bytes()
+    # Several gzip members: the compressed run, the stored file, the compressed run again.
+    assert raw.count(b"\x1f\x8b\x08\x00\x00\x00\x00\x00") >= 3
+    assert 2 * mib < len(raw) < 2 * mib + 64 * 1024  # the zeros shrank, the weights did not grow much
+    # The same bytes again: still reproducible.
+    assert package.pack(project, tmp_path / "again").archive.read_bytes() == raw  # type: ignore[union-attr]
+    # pfs's check, Python's tarfile (the jobs service) and GNU tar (the kube init container).
+    with open(pkg.archive, "rb") as archive:
+        assert identity_of_archive(archive) == pkg.sha256
+    with tarfile.open(pkg.archive, "r:*") as tar:
+        member = tar.extractfile("weights.bin")
+        assert member is not None and member.read() == weights
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(["tar", "-xzf", str(pkg.archive), "-C", str(unpacked)], check=True)
+    assert (unpacked / "weights.bin").read_bytes() == weights
+    assert (unpacked / "zeros.bin").read_bytes() == bytes(2 * mib)
+    assert (unpacked / "model/net.py").read_text() == "W = 1\n"
 
 
 def test_an_untouched_tree_is_not_read_again(project: Path, env: dict[str, str], opened: list[str]) -> None:
