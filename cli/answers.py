@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any, ClassVar, TypeVar
@@ -33,8 +33,7 @@ class Answer(Mapping[str, Any]):
     @classmethod
     def from_dict(cls: type[A], data: Mapping[str, Any]) -> A:
         """Read `data`; fields it lacks or holds with another type become None (or empty)."""
-        hints = _hints(cls)
-        values = {f.name: _convert(hints[f.name], data.get(f.name)) for f in fields(cls) if f.name != "raw"}
+        values = {name: convert(data.get(name)) for name, convert in _converters(cls)}
         return cls(raw=dict(data), **values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,29 +54,47 @@ class Answer(Mapping[str, Any]):
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _converters(cls: type) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """Each field's name and the function that reads its value, worked out once per class from
+    its type hints (a listing converts every entry: the hints are not read again for each)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _converter(hints[f.name])) for f in fields(cls) if f.name != "raw")
 
 
-def _convert(hint: Any, value: Any) -> Any:
+def _converter(hint: Any) -> Callable[[Any], Any]:
     origin = typing.get_origin(hint)
     if origin is list:
         (item,) = typing.get_args(hint)
-        items = value if isinstance(value, list) else []
         if isinstance(item, type) and issubclass(item, Answer):
-            return [item.from_dict(x) for x in items if isinstance(x, Mapping)]
-        return list(items)
+            answer = item
+            return lambda v: (
+                [answer.from_dict(x) for x in v if isinstance(x, Mapping)] if isinstance(v, list) else []
+            )
+        return lambda v: list(v) if isinstance(v, list) else []
     if origin is dict:
-        return dict(value) if isinstance(value, Mapping) else {}
+        return lambda v: dict(v) if isinstance(v, Mapping) else {}
     choices = typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+    default = False if hint is bool else None
+    # In the hint's order: (an Answer class, read from a mapping), (Any), (a type the value has).
+    steps: list[tuple[int, Any]] = []
     for choice in choices:
         if isinstance(choice, type) and issubclass(choice, Answer):
-            if isinstance(value, Mapping):
-                return choice.from_dict(value)
-        elif choice is Any or (isinstance(choice, type) and isinstance(value, choice)):
-            if not (choice is int and isinstance(value, bool)):
+            steps.append((0, choice))
+        elif choice is Any:
+            steps.append((1, choice))
+        elif isinstance(choice, type):
+            steps.append((2, choice))
+
+    def convert(value: Any) -> Any:
+        for kind, choice in steps:
+            if kind == 0:
+                if isinstance(value, Mapping):
+                    return choice.from_dict(value)
+            elif kind == 1 or (isinstance(value, choice) and not (choice is int and isinstance(value, bool))):
                 return value
-    return False if hint is bool else None
+        return default
+
+    return convert
 
 
 # --- who and what ------------------------------------------------------------------------------

@@ -59,7 +59,8 @@ def cell(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ",".join(cell(v) for v in value) or "-"
     # A newline inside a cell would break the row apart.
-    return " ".join(str(value).split()) if any(c in str(value) for c in "\n\r\t") else str(value)
+    text = str(value)
+    return " ".join(text.split()) if "\n" in text or "\r" in text or "\t" in text else text
 
 
 def text_width(text: str) -> int:
