@@ -741,13 +741,14 @@ async def follow_burst(api: Api, package: str, name: str, count: int) -> float:
     """Lines per second from the first line written to the last received, the job printing as
     fast as it can. The follower counts lines without decoding them: the platform's rate."""
     await api.call("POST", "/api/v1/jobs", job_spec(name, package, f"python ticks.py 0 {count}"), 201)
-    received, first = 0, None
+    received, first, end = 0, None, math.inf
     async with api.follow(name) as stream:
         async for chunk in stream.iter_any():
             if first is None:
                 first = float(json.loads(chunk.split(b"\n", 1)[0])["line"].split()[1])
             received += chunk.count(b"\n")
-    end = time.time()
+            if received == count:
+                end = time.time()  # the last line; the stream's end (the job's) comes after
     if received != count or first is None:
         raise RuntimeError(f"the follow of {name} gave {received} lines, not {count}")
     return count / (end - first)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from functools import partial
+from itertools import accumulate, repeat
 from pathlib import Path
 
 from paddlecloud.common.logstream import BadCursor, read_lines, tail_offset
@@ -24,6 +25,8 @@ from .caplog import LogTimes, read_dropped
 # offset after each line, their texts). Sorted by stamp and worker, that is the order they
 # came in.
 _Run = tuple[int, int, list[int], list[str]]
+# LogLine(*fields) without the Python frame of a named tuple's __new__.
+_new_line = partial(tuple.__new__, LogLine)
 
 
 @dataclass
@@ -77,9 +80,9 @@ class LogMerge:
             # Only worker i's offset moves along a run: the others' are written once.
             head = "l1." + "".join(f"{o}." for o in offsets[:i])
             tail = "".join(f".{o}" for o in offsets[i + 1 :])
-            name = self.names[i]
-            lines = zip(texts, ends, strict=True)
-            batch += [LogLine(name, text, f"{head}{end}{tail}") for text, end in lines]
+            # Built by C functions alone (no Python call per line): a burst makes one per line.
+            cursors = map(f"{head}{{}}{tail}".format, ends)
+            batch += map(_new_line, zip(repeat(self.names[i]), texts, cursors))
             offsets[i] = ends[-1]
         return batch, more
 
