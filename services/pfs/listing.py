@@ -26,8 +26,8 @@ from paddlecloud.common.storage.base import Children, Entry
 from paddlecloud.common.volume import MAX_PATH_BYTES, PfsPath
 
 # The most entries one page holds: about 3 MB of JSON, which the service builds and the
-# gateway passes on whole. Each page of a POSIX directory reads every name in it (see
-# posix._read_page), so a larger page lists a huge directory in fewer reads.
+# gateway passes on whole. A POSIX directory's page reads every name in it, keeping the names
+# of the pages after it while it is unchanged (posix.PageNames).
 MAX_LIMIT = 10_000
 
 ChildrenOf = Callable[[PfsPath, str | None, int], Awaitable[Children | Entry]]

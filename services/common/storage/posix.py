@@ -15,6 +15,7 @@ it always did (a stat of a staging file, appends of what just arrived).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import builtins
 import contextlib
 import errno
@@ -22,8 +23,11 @@ import hashlib
 import heapq
 import os
 import stat
+import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import trees
@@ -110,35 +114,75 @@ class PosixDownload(Download):
 # Listing --------------------------------------------------------------------------
 
 
-def _name(item: os.DirEntry[str]) -> str:
-    return item.name
+# Paging a huge directory reads every name of it for each page (`_read_page`), so a read keeps
+# the names of up to AHEAD_NAMES entries past its page, and the next pages of a directory that
+# has not changed since (its inode, mtime and ctime) are served from them: a million entries in
+# pages of 10,000 are read 20 times, not 100. At most AHEAD_DIRS directories' names are kept
+# (~3.5 MB each).
+AHEAD_NAMES = 50_000
+AHEAD_DIRS = 4
+# A directory changed this shortly before it was read may change again within the same
+# timestamp (the kernel stamps them from a clock that ticks every few ms): not remembered.
+RACY_NS = 50_000_000
+
+
+@dataclass
+class _Ahead:
+    """Sorted names of one directory, every one after `start` up to the last held (all of
+    them with `complete`), read while its (mtime, ctime) were `version`."""
+
+    version: tuple[int, int]
+    start: str | None
+    names: list[str]
+    complete: bool
+
+    def take(self, after: str | None, limit: int) -> list[str] | None:
+        """The page after `after` from these names; None where they do not hold all of it."""
+        if self.start is not None and (after is None or after < self.start):
+            return None
+        i = 0 if after is None else bisect.bisect_right(self.names, after)
+        if i + limit <= len(self.names) or self.complete:
+            return self.names[i : i + limit]
+        return None
+
+
+class PageNames:
+    """The names of the directories paged lately (see AHEAD_NAMES); safe across threads."""
+
+    def __init__(self) -> None:
+        self._dirs: OrderedDict[tuple[int, int], _Ahead] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def page(self, fd: int, after: str | None, limit: int) -> list[str]:
+        """The first `limit` names by name after `after` of the directory open at `fd`."""
+        st = os.fstat(fd)
+        ident, version = (st.st_dev, st.st_ino), (st.st_mtime_ns, st.st_ctime_ns)
+        with self._lock:
+            ahead = self._dirs.get(ident)
+            if ahead is not None and ahead.version == version:
+                self._dirs.move_to_end(ident)
+                taken = ahead.take(after, limit)
+                if taken is not None:
+                    return taken
+        read_at = time.time_ns()
+        keep = max(limit, AHEAD_NAMES)
+        with os.scandir(fd) as it:
+            every = (item.name for item in it)
+            names = heapq.nsmallest(keep, every if after is None else (n for n in every if n > after))
+        if max(version) < read_at - RACY_NS:
+            with self._lock:
+                self._dirs[ident] = _Ahead(version, after, names, len(names) < keep)
+                self._dirs.move_to_end(ident)
+                while len(self._dirs) > AHEAD_DIRS:
+                    self._dirs.popitem(last=False)
+        return names[:limit]
 
 
 def _read_dir(fd: int, text: str) -> list[Entry]:
     """The entries of the directory open at `fd`."""
-    return _read_page(fd, text, None, None)[0]
-
-
-def _read_page(fd: int, text: str, after: str | None, limit: int | None) -> tuple[list[Entry], str | None]:
-    """The entries of the directory open at `fd`; with `limit`, the first `limit` by name
-    whose names sort after `after`, in that order, and the name to resume after (None: no
-    more). An entry removed while read is left out, yet still counts to the page.
-
-    A directory has no order of its own that survives changes (readdir's is the filesystem's
-    hash order, and a cookie into it is not portable), so each page reads every name and keeps
-    only the `limit` smallest past `after` in a heap: memory bounded by `limit`, time linear
-    in the directory. Only the entries kept are stat'ed.
-    """
     found = []
-    resume = None
     with os.scandir(fd) as it:
-        chosen: Iterable[os.DirEntry[str]] = it
-        if limit is not None:
-            past = it if after is None else (item for item in it if item.name > after)
-            page = heapq.nsmallest(limit, past, key=_name)
-            resume = page[-1].name if len(page) == limit else None
-            chosen = page
-        for item in chosen:
+        for item in it:
             try:
                 st = item.stat(follow_symlinks=False)
                 target = os.readlink(item.name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
@@ -146,7 +190,32 @@ def _read_page(fd: int, text: str, after: str | None, limit: int | None) -> tupl
                 continue  # removed while we read
             # Names come from the disk (a job may have made any name): shown, not re-validated.
             found.append(Entry(f"{text}/{item.name}", item.name, stat_of(st, target)))
-    return found, resume
+    return found
+
+
+def _read_page(
+    fd: int, text: str, after: str | None, limit: int, names: PageNames
+) -> tuple[list[Entry], str | None]:
+    """The first `limit` entries by name of the directory open at `fd` whose names sort after
+    `after`, in that order, and the name to resume after (None: no more). An entry removed
+    while read is left out, yet still counts to the page.
+
+    A directory has no order of its own that survives changes (readdir's is the filesystem's
+    hash order, and a cookie into it is not portable), so a page reads every name and keeps
+    only the smallest past `after` in a heap: memory bounded, time linear in the directory
+    (`PageNames` spares the reads of the pages that follow). Only the entries served are stat'ed.
+    """
+    page = names.page(fd, after, limit)
+    found = []
+    for name in page:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+        except FileNotFoundError:
+            continue  # removed since it was read
+        # Names come from the disk (a job may have made any name): shown, not re-validated.
+        found.append(Entry(f"{text}/{name}", name, stat_of(st, target)))
+    return found, page[-1] if len(page) == limit else None
 
 
 def _walk(fd: int, text: str, recursive: bool, max_path_bytes: int) -> list[Entry]:
@@ -248,6 +317,7 @@ class PosixVolume(AbstractVolume):
         self.quotas: cephfs.CephQuotas = cephfs.CephQuotas(self.path) if quotas is None else quotas
         self.staging: PosixStaging = PosixStaging(self.path / ".uploads", self.root, self.quotas)
         self.usage_cache = Usage(self.path)
+        self.page_names = PageNames()
 
     async def close(self) -> None:
         self.staging.close()
@@ -317,7 +387,7 @@ class PosixVolume(AbstractVolume):
         if isinstance(opened, Entry):
             return opened
         try:
-            return Children(*_read_page(opened, path.text, after, limit))
+            return Children(*_read_page(opened, path.text, after, limit, self.page_names))
         finally:
             os.close(opened)
 
