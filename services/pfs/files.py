@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,9 +67,16 @@ def fs_errors(path: PfsPath | str) -> Iterator[None]:
 
 
 def _mtime(ns: int) -> str:
+    """ISO 8601 in UTC to the microsecond: `2026-11-28T01:02:03.123456+00:00`."""
     seconds, rest = divmod(ns, 10**9)
-    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000)
-    return moment.isoformat(timespec="microseconds")
+    return f"{_second(seconds)}.{rest // 1000:06d}+00:00"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    # A listing's entries share few seconds (a job writes its files together): each is
+    # formatted once, not once per entry (a fifth of a 20,000-entry listing's time).
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 def entry_of(text: str, name: str, st: Stat) -> dict[str, Any]:

@@ -157,9 +157,10 @@ async def page(
         entry = level.loaded.popleft()
         rel = (*level.rel, entry.name)
         out.append((rel, entry))
-        below = _under(level.directory, entry.name)
-        if recursive and entry.stat.kind == "dir" and _bytes(below) < MAX_PATH_BYTES:
-            stack.append(_Level(below, rel, None))
+        if recursive and entry.stat.kind == "dir":
+            below = _under(level.directory, entry.name)
+            if _bytes(below) < MAX_PATH_BYTES:
+                stack.append(_Level(below, rel, None))
     more = len(out) > limit
     del out[limit:]
     return Page([entry for _, entry in out], make_cursor(path, recursive, out[-1][0]) if more else None)
