@@ -80,9 +80,12 @@ def old_prepare(source: Path) -> pkgmod.Package:
 
 def old_cli() -> int:
     """`paddlecloud` with the old packing (the hashing of the gzip stream, which the old
-    writer did as it wrote, is a second read here: a few ms of the 40 MiB it hashes)."""
+    writer did as it wrote, is a second read here: a few ms of the 40 MiB it hashes), and the
+    old archive: every file deflated at level 6 in one gzip member, none stored."""
     from paddlecloud import client
     from paddlecloud.__main__ import main
+
+    pkgmod.STORE_FROM = sys.maxsize
 
     client.prepare = lambda source, **_: old_prepare(source)  # type: ignore[assignment]
     return main(sys.argv[1:])
