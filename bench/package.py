@@ -83,7 +83,7 @@ def old_cli() -> int:
     writer did as it wrote, is a second read here: a few ms of the 40 MiB it hashes), and the
     old archive: every file deflated at level 6 in one gzip member, none stored."""
     from paddlecloud import client
-    from paddlecloud.__main__ import main
+    from paddlecloud.main import main  # not __main__, which runs the CLI as it is imported
 
     pkgmod.STORE_FROM = sys.maxsize
 
