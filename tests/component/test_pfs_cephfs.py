@@ -80,6 +80,11 @@ def quota_xattr(home: Path) -> int | None:
         os.close(fd)
 
 
+def rbytes(home: Path) -> int:
+    """The bytes beneath `home` as Ceph counts them for its quota."""
+    return int(os.getxattr(home, "ceph.dir.rbytes"))
+
+
 async def set_quota(platform: Platform, user: str, storage: str | int | None) -> None:
     admin = await platform.user("root", admin=True)
     resp = await platform.client.put(f"/api/v1/users/{user}/quota", json={"storage": storage}, headers=admin)
@@ -173,6 +178,10 @@ async def test_a_write_over_the_ceph_quota_is_507_and_nothing_is_lost(platform: 
     # A job writes 2 MiB into the home directly, which pfs does not count as it goes.
     job_file = platform.home("alice") / "from-a-job.bin"
     job_file.write_bytes(b"j" * (2 * MIB))
+    # Ceph enforces a quota from the recursive statistics its MDS propagates lazily: the job's
+    # bytes count once they show there. Under load that took long enough for the placement to
+    # slip in first (1 run in a full `make test` at load 11); waited for, never a time.
+    assert await wait_until(lambda: rbytes(platform.home("alice")) >= 3 * MIB, 120)
     resp = await platform.patch(alice, url, 0, data)
     body = await problem(resp, 507, "ERR_STORAGE_FULL")
     assert body["limit"] == quota and body["requested"] == len(data)
