@@ -6,6 +6,7 @@ import asyncio
 import base64
 import gzip
 import hashlib
+import io
 import json
 import secrets
 import signal
@@ -346,6 +347,17 @@ def make_wheelhouse(directory: Path) -> Path:
     # A package that brings its own `yaml`: the platform has PyYAML, the user's must win.
     make_wheel(directory, "shadow-yaml", "1.0", module="yaml", body="SHADOW = True\n")
     return directory
+
+
+def tar_of(files: dict[str, bytes], mode: str = "w") -> bytes:
+    """A tar archive of `files` (name: bytes), in memory; `mode` "w:gz" gzips it."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as tar:  # type: ignore[call-overload]
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def zeros_tar_gz(size: int, name: str = "big.bin", piece: int = 64 * 2**20) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import tarfile
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from paddlecloud.common.storage.base import Children, Download, Entry, ReadVolum
 from paddlecloud.common.storage.posix import PosixVolume
 from paddlecloud.common.volume import PfsPath
 from paddlecloud.jobs.packages import Packages
+from support import tar_of
 
 MIB = 1024 * 1024
 
@@ -82,23 +82,20 @@ async def test_an_archives_requirements_are_read_by_ranges(
     volume: RangedReads, tmp_path: Path, suffix: str
 ) -> None:
     ballast = os.urandom(8 * MIB)  # incompressible: the archive stays this large
-    buffer = io.BytesIO()
     if suffix == "zip":
+        buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w") as z:
             z.writestr("requirements.txt", "numpy\n")
             z.writestr("data.bin", ballast)
+        archive = buffer.getvalue()
     else:
-        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-            for name, data in (("requirements.txt", b"numpy\n"), ("data.bin", ballast)):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    (home(tmp_path) / f"pkg.{suffix}").write_bytes(buffer.getvalue())
+        archive = tar_gz({"requirements.txt": b"numpy\n", "data.bin": ballast})
+    (home(tmp_path) / f"pkg.{suffix}").write_bytes(archive)
     packages = Packages(volume)
     kind = await packages.kind(pfs(f"pkg.{suffix}"))
     assert await packages.requirements(pfs(f"pkg.{suffix}"), kind) == "numpy\n"
     # What it looked at, not the whole archive.
-    assert 0 < volume.read_bytes < len(buffer.getvalue()) // 2
+    assert 0 < volume.read_bytes < len(archive) // 2
 
 
 async def test_a_directorys_requirements_and_a_symlink_out_refused(
@@ -117,13 +114,7 @@ async def test_a_directorys_requirements_and_a_symlink_out_refused(
 
 
 def tar_gz(entries: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in entries.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_of(entries, "w:gz")
 
 
 async def test_a_resubmitted_archive_is_not_read_again_until_it_changes(

@@ -17,19 +17,9 @@ from paddlecloud.jobs.backend import LogQuery
 from paddlecloud.jobs.local.caplog import CappedLog, LogClock, LogTimes, order_path, read_dropped
 from paddlecloud.jobs.local.logmerge import LogMerge
 from paddlecloud.jobs.local.unpack import PackageTooLarge, unpack
-from support import zeros_tar_gz
+from support import tar_of, zeros_tar_gz
 
 MiB = 2**20
-
-
-def tar_of(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def written(target: Path) -> int:

@@ -178,19 +178,23 @@ class PageNames:
         return names[:limit]
 
 
+def _entry_at(fd: int, text: str, name: str) -> Entry | None:
+    """The entry `name` of the directory open at `fd` (listed as `text`), never followed;
+    None where it was removed since its name was read."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+    except FileNotFoundError:
+        return None
+    # Names come from the disk (a job may have made any name): shown, not re-validated.
+    return Entry(f"{text}/{name}", name, stat_of(st, target))
+
+
 def _read_dir(fd: int, text: str) -> list[Entry]:
     """The entries of the directory open at `fd`."""
-    found = []
     with os.scandir(fd) as it:
-        for item in it:
-            try:
-                st = item.stat(follow_symlinks=False)
-                target = os.readlink(item.name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
-            except FileNotFoundError:
-                continue  # removed while we read
-            # Names come from the disk (a job may have made any name): shown, not re-validated.
-            found.append(Entry(f"{text}/{item.name}", item.name, stat_of(st, target)))
-    return found
+        found = [_entry_at(fd, text, item.name) for item in it]
+    return [entry for entry in found if entry is not None]
 
 
 def _read_page(
@@ -206,16 +210,8 @@ def _read_page(
     (`PageNames` spares the reads of the pages that follow). Only the entries served are stat'ed.
     """
     page = names.page(fd, after, limit)
-    found = []
-    for name in page:
-        try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
-        except FileNotFoundError:
-            continue  # removed since it was read
-        # Names come from the disk (a job may have made any name): shown, not re-validated.
-        found.append(Entry(f"{text}/{name}", name, stat_of(st, target)))
-    return found, page[-1] if len(page) == limit else None
+    found = [_entry_at(fd, text, name) for name in page]
+    return [entry for entry in found if entry is not None], page[-1] if len(page) == limit else None
 
 
 def _walk(fd: int, text: str, recursive: bool, max_path_bytes: int) -> list[Entry]:
